@@ -1,0 +1,127 @@
+"""PPO (Schulman et al. 2017) composed from the core's pure functions.
+
+    algo = PPO(config, policy)
+    metrics = algo.update(batch)   # batch: Collector output, TensorDict [T, N]
+
+The same update trains any `Policy`: it only calls `policy.evaluate`.
+Defaults follow rsl_rl's PPO (Rudin et al. 2022, "Learning to Walk in Minutes
+Using Massively Parallel Deep RL"), the reference for GPU-parallel robotics PPO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+
+from embodied import keys
+from embodied.algorithms.advantages import gae, normalize
+from embodied.algorithms.losses import approx_kl, ppo_loss
+from embodied.config import check
+from embodied.policy import Policy
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The loss became NaN or inf; weights were not updated with it."""
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    lr: float = 1e-3  # rsl_rl learning_rate
+    epochs: int = 5  # rsl_rl num_learning_epochs
+    minibatches: int = 4  # rsl_rl num_mini_batches
+    gamma: float = 0.99  # rsl_rl gamma
+    lam: float = 0.95  # rsl_rl lam (GAE lambda, Schulman et al. 2016)
+    clip: float = 0.2  # rsl_rl clip_param
+    dual_clip: float | None = None  # dual-clip bound c > 1 (Ye et al. 2020); None = off
+    value_clip: float | None = 0.2  # rsl_rl use_clipped_value_loss with clip_param
+    value_coef: float = 1.0  # rsl_rl value_loss_coef
+    entropy_coef: float = 0.005  # rsl_rl entropy_coef is 0.01 for legged robots; halved for fine hover control
+    max_grad_norm: float = 1.0  # rsl_rl max_grad_norm
+    desired_kl: float | None = 0.01  # rsl_rl adaptive schedule target; None = fixed lr
+    normalize_advantage: bool = True  # whiten advantages over the batch (rsl_rl)
+
+    def __post_init__(self):
+        check(self.lr > 0, f"algo.lr={self.lr} must be > 0")
+        check(self.epochs >= 1 and self.minibatches >= 1, "algo.epochs and algo.minibatches must be >= 1")
+        check(0 < self.gamma <= 1 and 0 <= self.lam <= 1, "algo.gamma must be in (0, 1] and algo.lam in [0, 1]")
+        check(self.clip > 0, f"algo.clip={self.clip} must be > 0")
+        check(self.dual_clip is None or self.dual_clip > 1, f"algo.dual_clip={self.dual_clip} must be > 1 or null")
+        check(self.desired_kl is None or self.desired_kl > 0, "algo.desired_kl must be > 0 or null")
+
+
+class PPO:
+    Config = PPOConfig
+
+    def __init__(self, config: PPOConfig, policy: Policy):
+        self.config, self.policy = config, policy
+        self.lr = config.lr
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, foreach=True)
+
+    def update(self, batch: TensorDict) -> dict[str, float]:
+        """Epochs of minibatch updates on one rollout [T, N]; returns mean metrics."""
+        cfg = self.config
+        with torch.no_grad():
+            advantage, ret = gae(
+                batch[keys.REWARD], batch[keys.VALUE], batch["next_value"],
+                batch[keys.TERMINATED].float(), batch[keys.DONE].float(), cfg.gamma, cfg.lam,
+            )
+            if cfg.normalize_advantage:
+                advantage = normalize(advantage)
+        flat = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.VALUE).reshape(-1)
+        flat[keys.ADVANTAGE] = advantage.reshape(-1)
+        flat[keys.RETURN] = ret.reshape(-1)
+        size = flat.batch_size[0]
+        mb = size // cfg.minibatches
+        totals: dict[str, torch.Tensor] = {}
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(size, device=advantage.device)
+            for i in range(cfg.minibatches):
+                metrics = self._step(flat[perm[i * mb : (i + 1) * mb]])
+                for k, v in metrics.items():
+                    totals[k] = totals.get(k, 0.0) + v
+        n = cfg.epochs * cfg.minibatches
+        out = {k: float(v) / n for k, v in totals.items()}
+        out["lr"] = self.lr
+        return out
+
+    def _step(self, mb: TensorDict) -> dict[str, torch.Tensor]:
+        cfg = self.config
+        log_prob, entropy, value = self.policy.evaluate(mb[keys.OBS], mb[keys.ACTION])
+        loss, metrics = ppo_loss(
+            log_prob, mb[keys.LOG_PROB], mb[keys.ADVANTAGE], value, mb[keys.VALUE], mb[keys.RETURN], entropy,
+            clip=cfg.clip, dual_clip=cfg.dual_clip, value_clip=cfg.value_clip,
+            value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, agg="token-mean",
+        )
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(f"PPO loss became {loss.item()} (metrics: { {k: float(v) for k, v in metrics.items()} })")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm, foreach=True)
+        self.optimizer.step()
+        if cfg.desired_kl is not None:
+            self._adapt_lr(approx_kl(log_prob.detach(), mb[keys.LOG_PROB]))
+        metrics = {k: v.detach() for k, v in metrics.items()}
+        metrics["loss"] = loss.detach()
+        return metrics
+
+    def _adapt_lr(self, kl: torch.Tensor) -> None:
+        """rsl_rl's adaptive schedule: shrink lr 1.5x above 2x the target KL, grow below half of it."""
+        kl = float(kl)
+        target = self.config.desired_kl
+        if kl > 2 * target:
+            self.lr = max(1e-5, self.lr / 1.5)
+        elif 0 < kl < target / 2:
+            self.lr = min(1e-2, self.lr * 1.5)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "lr": self.lr}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr = float(state["lr"])
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr

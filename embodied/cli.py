@@ -1,0 +1,147 @@
+"""The `embodied` command.
+
+    embodied train experiment=quadrotor_hover [key=value ...]   # Hydra overrides; -m sweeps
+    embodied train resume=<run dir>                             # continue an interrupted run
+    embodied eval <run dir or checkpoint> [--episodes N]
+    embodied list                                               # registered envs, policies, algorithms
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def register_configs() -> None:
+    """Config groups env/, policy/, algo/ from the registry: the defaults live in each class's Config."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    from embodied import registry
+    from embodied.runner.trainer import TrainConfig
+
+    store = ConfigStore.instance()
+    for kind in registry.REGISTRY:
+        for name in registry.names(kind):
+            try:
+                fields = dataclasses.asdict(registry.resolve(kind, name).Config())
+            except registry.MissingExtraError:
+                fields = {}  # building it later raises the error naming the extra
+            store.store(group=kind, name=name, node={"name": name, **fields})
+    store.store(name="train_defaults", node={"train": dataclasses.asdict(TrainConfig())})
+    if not OmegaConf.has_resolver("run_dir"):
+        OmegaConf.register_new_resolver("run_dir", lambda resume, default: resume or default)
+
+
+def _train_task(cfg) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from embodied.runner.trainer import Trainer
+
+    config = OmegaConf.to_container(cfg, resolve=True)
+    if config.get("resume"):
+        trainer = Trainer.resume(config["resume"])
+        print(f"resuming {config['resume']} from iteration {trainer.iteration} ({trainer.env_steps:,} env steps)")
+    else:
+        trainer = Trainer(config, Path(HydraConfig.get().runtime.output_dir))
+    summary = trainer.learn()
+    _print_summary(summary)
+    return summary.get("eval/success")
+
+
+def _print_summary(summary: dict) -> None:
+    lines = [f"trained {summary['env_steps']:,} env steps in {summary['train_seconds']:.1f} s"]
+    if "eval/success" in summary:
+        lines.append(
+            f"evaluation: success {summary['eval/success']:.1%} over {summary['eval/episodes']} episodes, "
+            f"mean return {summary['eval/return']:.2f}"
+        )
+    lines.append(f"run directory: {summary['run_dir']}  (curve.png, metrics.jsonl, checkpoints/)")
+    print("\n".join(lines), flush=True)
+
+
+def train(argv: list[str]) -> int:
+    import hydra
+
+    from embodied.algorithms.ppo import NonFiniteLossError
+    from embodied.config import ConfigError
+    from embodied.registry import MissingExtraError
+
+    register_configs()
+    main = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(_train_task)
+    sys.argv = ["embodied train", *argv]
+    try:
+        main()
+    except (ConfigError, MissingExtraError, NonFiniteLossError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyError as err:  # unknown registry names
+        print(f"error: {err.args[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def evaluate_cmd(argv: list[str]) -> int:
+    import torch
+
+    from embodied.runner import checkpoint
+    from embodied.runner.evaluate import evaluate
+    from embodied.runner.trainer import make_env, make_policy
+
+    parser = argparse.ArgumentParser(prog="embodied eval", description="Evaluate a trained policy.")
+    parser.add_argument("path", type=Path, help="a run directory or a checkpoint directory")
+    parser.add_argument("--episodes", type=int, default=1000, help="number of evaluation episodes (default 1000)")
+    parser.add_argument("--seed", type=int, default=12345, help="seed of the evaluation episodes")
+    parser.add_argument("--device", default=None, help="device override (default: the run's)")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mean")
+    args = parser.parse_args(argv)
+    try:
+        ckpt = checkpoint.find_checkpoint(args.path)
+    except FileNotFoundError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    config = checkpoint.load_config(ckpt)
+    from embodied.device import resolve_device
+
+    torch.set_num_threads(int(config.get("threads", 1)))
+    env = make_env(config, args.episodes, resolve_device(args.device or config["device"]))
+    policy = make_policy(config, env)
+    policy.load_state_dict(checkpoint.load_model(ckpt, env.device))
+    result = evaluate(policy, env, seed=args.seed, deterministic=not args.stochastic)
+    print(
+        f"{config['name']}: success {result['success']:.1%} over {result['episodes']} episodes, "
+        f"mean return {result['return']:.2f}, mean length {result['length']:.1f}  ({ckpt})"
+    )
+    (ckpt / "eval.json").write_text(json.dumps({**result, "seed": args.seed}, indent=1))
+    return 0
+
+
+def list_cmd() -> int:
+    from embodied import registry
+
+    for kind in registry.REGISTRY:
+        for name, entry in sorted(registry.REGISTRY[kind].items()):
+            extra = f"  [extra: {entry.extra}]" if entry.extra else ""
+            print(f"{kind:8s} {name:24s} {entry.target}{extra}")
+    experiments = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+    print("experiments:", ", ".join(experiments))
+    return 0
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    commands = {"train": train, "eval": evaluate_cmd, "list": lambda _argv: list_cmd()}
+    if not argv or argv[0] not in commands:
+        print(__doc__.strip(), file=sys.stderr)
+        sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
+    sys.exit(commands[argv[0]](argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""Batch keys, named once. Rollouts are TensorDicts, time-major `[T, N, ...]`."""
+
+# observation entries (inside OBS / NEXT_OBS)
+STATE = "state"  # float [N, D] proprioception + task state
+PRIVILEGED = "privileged"  # float [N, P] simulator-only state for an asymmetric critic
+IMAGES = "images"  # nested: images/<camera> uint8 [N, H, W, 3]
+LANGUAGE = "language"  # uint8 [N, L] UTF-8 bytes, zero-padded (see embodied.specs.encode_text)
+
+# transition entries
+OBS = "obs"
+NEXT_OBS = "next_obs"
+ACTION = "action"
+REWARD = "reward"
+TERMINATED = "terminated"
+TRUNCATED = "truncated"
+DONE = "done"
+LOG_PROB = "log_prob"
+VALUE = "value"
+ADVANTAGE = "advantage"
+RETURN = "return"
+MASK = "mask"  # bool, True where an entry is real (not padding)
+IS_INTERVENTION = "is_intervention"
+SUCCESS = "success"

@@ -1,0 +1,74 @@
+"""One registry: a name maps to an import path and the extra that provides it.
+
+Nothing is imported until a name is built, so `import embodied` stays fast and a
+missing optional package gives one error naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from embodied.config import build_config
+
+
+class MissingExtraError(ImportError):
+    pass
+
+
+@dataclass(frozen=True)
+class Entry:
+    target: str  # "package.module:Attribute"
+    extra: str | None = None  # pip extra that installs its dependencies, None = core
+
+
+# kind -> name -> entry. Backends are listed here as strings; nothing is imported.
+REGISTRY: dict[str, dict[str, Entry]] = {
+    "env": {
+        "quadrotor_hover": Entry("sims.quadrotor:QuadrotorHoverEnv"),
+        "quadrotor_waypoint": Entry("sims.quadrotor:QuadrotorWaypointEnv"),
+        "arm_reach": Entry("sims.arm_reach:ArmReachEnv"),
+    },
+    "policy": {
+        "mlp": Entry("policies.mlp:MLPPolicy"),
+    },
+    "algo": {
+        "ppo": Entry("embodied.algorithms.ppo:PPO"),
+    },
+}
+
+
+def names(kind: str) -> list[str]:
+    return sorted(_table(kind))
+
+
+def _table(kind: str) -> dict[str, Entry]:
+    if kind not in REGISTRY:
+        raise KeyError(f"unknown registry kind {kind!r}; valid kinds: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[kind]
+
+
+def resolve(kind: str, name: str) -> Any:
+    """Import and return the class registered as `name` under `kind`."""
+    table = _table(kind)
+    if name not in table:
+        raise KeyError(f"unknown {kind} {name!r}; valid choices: {', '.join(sorted(table))}")
+    entry = table[name]
+    module_name, attr = entry.target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if entry.extra is None or err.name is None or err.name.split(".")[0] in module_name.split(".")[0]:
+            raise
+        raise MissingExtraError(
+            f"{kind} {name!r} needs the optional package {err.name!r}: pip install -e '.[{entry.extra}]'"
+        ) from err
+    return getattr(module, attr)
+
+
+def build(kind: str, name: str, params: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """Build `name` from its `Config` dataclass filled with `params` (validated), plus kwargs."""
+    cls = resolve(kind, name)
+    config = build_config(cls.Config, params or {}, where=kind)
+    return cls(config, **kwargs)

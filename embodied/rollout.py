@@ -1,0 +1,110 @@
+"""Collector: runs a policy in a VecEnv and returns a time-major rollout.
+
+    batch = collector.collect()    # TensorDict [T, N]
+    batch["obs"]        observations the actions were taken in
+    batch["action"], batch["log_prob"], batch["value"]
+    batch["reward"], batch["terminated"], batch["done"]
+    batch["next_value"] V of the true next state: V(final_obs) where an episode
+                        was truncated, V(next obs) otherwise (GAE zeroes it on
+                        termination)
+    stats = collector.pop_episode_stats()   # finished episodes since last pop
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+from embodied import keys
+from embodied.envs import VecEnv
+from embodied.policy import Policy
+
+
+class Collector:
+    def __init__(self, env: VecEnv, policy: Policy, steps: int):
+        self.env, self.policy, self.steps = env, policy, steps
+        self.obs: TensorDict | None = None
+        n, device = env.num_envs, env.device
+        self.episode_return = torch.zeros(n, device=device)
+        self.episode_length = torch.zeros(n, dtype=torch.long, device=device)
+        self._finished: list[torch.Tensor] = []  # rows of (return, length, success) per done step
+        self._buffer: TensorDict | None = None
+
+    def reset(self, seed: int | None = None) -> None:
+        self.obs = self.env.reset(seed=seed)
+        self.episode_return.zero_()
+        self.episode_length.zero_()
+
+    def _allocate(self, step: TensorDict) -> TensorDict:
+        return step.unsqueeze(0).expand(self.steps, *step.batch_size).clone()
+
+    @torch.no_grad()
+    def collect(self) -> TensorDict:
+        if self.obs is None:
+            self.reset()
+        env, policy = self.env, self.policy
+        for t in range(self.steps):
+            obs = self.obs
+            action, log_prob, value, _extras = policy.act(obs)
+            next_obs, reward, terminated, truncated, info = env.step(action)
+            done = terminated | truncated
+            step = TensorDict(
+                {
+                    keys.OBS: obs,
+                    keys.ACTION: action,
+                    keys.LOG_PROB: log_prob,
+                    keys.VALUE: value,
+                    keys.REWARD: reward,
+                    keys.TERMINATED: terminated,
+                    keys.TRUNCATED: truncated,
+                    keys.DONE: done,
+                    "next_value": value,  # placeholder, filled below
+                },
+                batch_size=[env.num_envs],
+            )
+            if self._buffer is None:
+                self._buffer = self._allocate(step)
+            buf = self._buffer
+            buf[t] = step
+            if truncated.any():
+                # bootstrap a time-limit cut from the final observation, not the reset one
+                buf["next_value"][t] = policy.value(info["final_obs"])
+            self._track(reward, done, info)
+            self.obs = next_obs
+        # V(s_{t+1}) is the value the policy computed at t+1; the last step needs one more critic pass
+        next_value = torch.cat([buf[keys.VALUE][1:], policy.value(self.obs).unsqueeze(0)])
+        buf["next_value"] = torch.where(buf[keys.TRUNCATED], buf["next_value"], next_value)
+        return buf
+
+    def _track(self, reward: torch.Tensor, done: torch.Tensor, info: dict) -> None:
+        self.episode_return += reward
+        self.episode_length += 1
+        if done.any():
+            success = info.get(keys.SUCCESS, torch.zeros_like(done))
+            rows = torch.stack([self.episode_return, self.episode_length.float(), success.float()], -1)
+            self._finished.append(rows[done])
+            self.episode_return.masked_fill_(done, 0.0)
+            self.episode_length.masked_fill_(done, 0)
+
+    def pop_episode_stats(self) -> dict[str, float]:
+        """Mean return, length and success of the episodes finished since the last call."""
+        if not self._finished:
+            return {}
+        rows = torch.cat(self._finished)
+        self._finished = []
+        mean = rows.mean(0).tolist()
+        return {"episodes": rows.shape[0], "return": mean[0], "length": mean[1], "success": mean[2]}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Everything needed to continue collecting exactly where this left off."""
+        state = {"episode_return": self.episode_return.clone(), "episode_length": self.episode_length.clone()}
+        if self.obs is not None:
+            state.update({f"obs.{k}": v.clone() for k, v in self.obs.flatten_keys(".").items()})
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.episode_return.copy_(state["episode_return"])
+        self.episode_length.copy_(state["episode_length"])
+        obs = {k[len("obs.") :]: v for k, v in state.items() if k.startswith("obs.")}
+        if obs:
+            self.obs = TensorDict(obs, batch_size=[self.env.num_envs]).unflatten_keys(".")

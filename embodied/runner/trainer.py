@@ -1,0 +1,148 @@
+"""The training loop: collect -> update -> log -> checkpoint, reading top to bottom.
+
+    trainer = Trainer(config, run_dir)      # config: the resolved run config (plain dict)
+    summary = trainer.learn()               # trains, checkpoints, evaluates, plots
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from embodied import registry
+from embodied.algorithms.ppo import NonFiniteLossError
+from embodied.config import build_config, check
+from embodied.device import resolve_device
+from embodied.rollout import Collector
+from embodied.runner import checkpoint
+from embodied.runner.evaluate import evaluate
+from embodied.runner.logger import RunLogger, plot_curve, truncate_metrics
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    num_envs: int = 4096  # parallel envs in the training VecEnv
+    rollout_steps: int = 16  # steps per env per update (rsl_rl num_steps_per_env uses 24 for legged robots)
+    total_env_steps: int = 10_000_000  # stop after this many env steps
+    max_seconds: float | None = None  # also stop after this much training wall time (not reproducible); None = off
+    checkpoint_every: int = 50  # iterations between checkpoints (and at the end)
+    eval_episodes: int = 1000  # episodes of the final deterministic evaluation; 0 = skip
+    progress: bool = True  # live progress bar on a terminal
+
+    def __post_init__(self):
+        check(self.num_envs >= 1, f"train.num_envs={self.num_envs} must be >= 1")
+        check(self.rollout_steps >= 1, f"train.rollout_steps={self.rollout_steps} must be >= 1")
+        check(self.total_env_steps >= 1, f"train.total_env_steps={self.total_env_steps} must be >= 1")
+        check(self.max_seconds is None or self.max_seconds > 0, "train.max_seconds must be > 0 or null")
+        check(self.checkpoint_every >= 1, "train.checkpoint_every must be >= 1")
+        check(self.eval_episodes >= 0, "train.eval_episodes must be >= 0")
+
+
+def _params(node: dict) -> dict:
+    return {k: v for k, v in node.items() if k != "name"}
+
+
+def make_env(config: dict, num_envs: int, device: torch.device):
+    return registry.build("env", config["env"]["name"], _params(config["env"]), num_envs=num_envs, device=device)
+
+
+def make_policy(config: dict, env) -> torch.nn.Module:
+    policy = registry.build(
+        "policy", config["policy"]["name"], _params(config["policy"]),
+        observation_spec=env.observation_spec, action_spec=env.action_spec,
+    )
+    return policy.to(env.device)
+
+
+class Trainer:
+    def __init__(self, config: dict[str, Any], run_dir: Path):
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.cfg = build_config(TrainConfig, config["train"], "train")
+        check(isinstance(config["seed"], int), f"seed={config['seed']!r} must be an int")
+        torch.set_num_threads(int(config["threads"]))
+        torch.manual_seed(config["seed"])
+        self.device = resolve_device(config["device"])
+        self.env = make_env(config, self.cfg.num_envs, self.device)
+        self.policy = make_policy(config, self.env)
+        self.algo = registry.build("algo", config["algo"]["name"], _params(config["algo"]), policy=self.policy)
+        self.collector = Collector(self.env, self.policy, self.cfg.rollout_steps)
+        self.iteration, self.env_steps, self.train_time = 0, 0, 0.0
+
+    # --- the loop -------------------------------------------------------------------------
+    def learn(self) -> dict[str, Any]:
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.iteration == 0:
+            self.collector.reset(seed=self.config["seed"])
+        logger = RunLogger(self.run_dir, cfg.total_env_steps, self.env_steps, cfg.progress)
+        try:
+            while self.env_steps < cfg.total_env_steps and (cfg.max_seconds is None or self.train_time < cfg.max_seconds):
+                start = time.perf_counter()
+                batch = self.collector.collect()
+                metrics = self.algo.update(batch)
+                self.policy.observe(batch["obs"])
+                self.train_time += time.perf_counter() - start
+                self.iteration += 1
+                self.env_steps += batch.numel()
+                record = {"iteration": self.iteration, "env_steps": self.env_steps, "time": round(self.train_time, 4)}
+                record["fps"] = batch.numel() / (time.perf_counter() - start)
+                record.update({f"train/{k}": v for k, v in self.collector.pop_episode_stats().items()})
+                record.update({f"algo/{k}": v for k, v in metrics.items()})
+                logger.log(record)
+                if self.iteration % cfg.checkpoint_every == 0:
+                    self.save("latest")
+        except NonFiniteLossError as err:
+            logger.close()
+            last = self.run_dir / "checkpoints" / "latest"
+            kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint was written yet"
+            raise NonFiniteLossError(f"stopped at iteration {self.iteration + 1}: {err}; {kept}") from err
+        self.save("latest")
+        self.save("final")
+        summary = {"run_dir": str(self.run_dir), "env_steps": self.env_steps, "train_seconds": self.train_time}
+        if cfg.eval_episodes:
+            result = self.evaluate(cfg.eval_episodes)
+            logger.log({"iteration": self.iteration, "env_steps": self.env_steps, "time": self.train_time,
+                        **{f"eval/{k}": v for k, v in result.items()}})
+            summary.update({f"eval/{k}": v for k, v in result.items()})
+        logger.close()
+        plot_curve(self.run_dir, title=f"{self.config['name']} seed {self.config['seed']}")
+        return summary
+
+    def evaluate(self, episodes: int) -> dict[str, float]:
+        env = make_env(self.config, episodes, self.device)
+        # a seed the training envs never used, so evaluation starts from unseen initial states
+        return evaluate(self.policy, env, seed=self.config["seed"] + 1_000_003)
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def save(self, name: str) -> Path:
+        path = self.run_dir / "checkpoints" / name
+        trainer_state = {
+            "iteration": self.iteration, "env_steps": self.env_steps, "train_time": self.train_time,
+            "algo": self.algo.state_dict(), "env": self.env.get_state(),
+            "collector": self.collector.state_dict(), "torch_rng": torch.get_rng_state(),
+        }
+        checkpoint.save_checkpoint(path, self.policy.state_dict(), trainer_state, self.config)
+        return path
+
+    @classmethod
+    def resume(cls, run_dir: Path) -> Trainer:
+        """Rebuild a run from its saved config and continue from checkpoints/latest."""
+        run_dir = Path(run_dir)
+        ckpt = run_dir / "checkpoints" / "latest"
+        if not (ckpt / "model.safetensors").exists():
+            raise FileNotFoundError(f"cannot resume: no checkpoint at {ckpt}")
+        trainer = cls(checkpoint.load_config(ckpt), run_dir)
+        state = checkpoint.load_trainer(ckpt)
+        trainer.policy.load_state_dict(checkpoint.load_model(ckpt, trainer.device))
+        trainer.algo.load_state_dict(state["algo"])
+        trainer.env.set_state({k: v.to(trainer.device) for k, v in state["env"].items()})
+        trainer.collector.load_state_dict({k: v.to(trainer.device) for k, v in state["collector"].items()})
+        torch.set_rng_state(state["torch_rng"])
+        trainer.iteration, trainer.env_steps, trainer.train_time = state["iteration"], state["env_steps"], state["train_time"]
+        truncate_metrics(run_dir, trainer.iteration)
+        return trainer

@@ -1,0 +1,1 @@
+"""Models behind the `embodied.policy.Policy` contract (registered in `embodied.registry`)."""

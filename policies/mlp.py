@@ -1,0 +1,143 @@
+"""MLP Gaussian actor-critic, with an optional privileged-observation (asymmetric) critic.
+
+The actor sees `obs["state"]`; with `asymmetric_critic` the critic also sees
+`obs["privileged"]` (simulator-only quantities such as randomized mass), as in
+asymmetric actor-critic (Pinto et al. 2018). Inputs are normalized by running
+statistics the policy carries (and saves), updated through `observe`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from embodied import keys
+from embodied.config import check
+from embodied.policy import ActOutput, Policy
+from embodied.specs import Spec
+
+_ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU}
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@dataclass(frozen=True)
+class MLPConfig:
+    actor_hidden: tuple[int, ...] = (64, 64)  # hidden widths of the actor
+    critic_hidden: tuple[int, ...] = (64, 64)  # hidden widths of the critic
+    activation: Literal["elu", "tanh", "relu", "silu"] = "elu"  # ELU as in rsl_rl's defaults
+    init_std: float = 0.5  # initial action std; actions live in [-1, 1]
+    asymmetric_critic: bool = False  # critic also sees obs["privileged"]
+    normalize_obs: bool = True  # running mean/std input normalization (rsl_rl EmpiricalNormalization)
+
+    def __post_init__(self):
+        check(len(self.actor_hidden) > 0 and all(w > 0 for w in self.actor_hidden), "policy.actor_hidden needs positive widths")
+        check(len(self.critic_hidden) > 0 and all(w > 0 for w in self.critic_hidden), "policy.critic_hidden needs positive widths")
+        check(self.init_std > 0, f"policy.init_std={self.init_std} must be > 0")
+
+
+class RunningNorm(nn.Module):
+    """Running mean/variance of inputs [*, D] (Chan et al. parallel update), applied as (x - mean) / std."""
+
+    def __init__(self, dim: int, eps: float = 1e-2):
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) * torch.rsqrt(self.var + self.eps)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, x.shape[-1])
+        n = x.shape[0]
+        var, mean = torch.var_mean(x, dim=0, correction=0)
+        total = self.count + n
+        w = (n / total).to(x.dtype)
+        delta = mean - self.mean
+        self.mean += w * delta
+        self.var.mul_(1 - w).add_(w * var + w * (1 - w) * delta.square())
+        self.count.copy_(total)
+
+
+def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        linear = nn.Linear(sizes[i], sizes[i + 1])
+        last = i == len(sizes) - 2
+        # orthogonal init, small last layer (Andrychowicz et al. 2021, "What Matters in On-Policy RL")
+        nn.init.orthogonal_(linear.weight, out_gain if last else math.sqrt(2))
+        nn.init.zeros_(linear.bias)
+        layers.append(linear)
+        if not last:
+            layers.append(_ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+class MLPPolicy(Policy):
+    """Diagonal Gaussian actor and value critic over `obs["state"]` (and `privileged`)."""
+
+    Config = MLPConfig
+
+    def __init__(self, config: MLPConfig, observation_spec: dict[str, Spec], action_spec: Spec):
+        super().__init__()
+        self.config = config
+        if keys.STATE not in observation_spec:
+            raise ValueError(f"MLPPolicy needs a 'state' observation; the env gives {sorted(observation_spec)}")
+        if config.asymmetric_critic and keys.PRIVILEGED not in observation_spec:
+            raise ValueError("policy.asymmetric_critic=true needs a 'privileged' observation, which this env lacks")
+        obs_dim = observation_spec[keys.STATE].shape[0]
+        priv_dim = observation_spec[keys.PRIVILEGED].shape[0] if config.asymmetric_critic else 0
+        act_dim = action_spec.shape[0]
+        self.actor = mlp([obs_dim, *config.actor_hidden, act_dim], config.activation, out_gain=0.01)
+        self.critic = mlp([obs_dim + priv_dim, *config.critic_hidden, 1], config.activation, out_gain=1.0)
+        self.log_std = nn.Parameter(torch.full((act_dim,), math.log(config.init_std)))
+        self.state_norm = RunningNorm(obs_dim) if config.normalize_obs else nn.Identity()
+        self.priv_norm = RunningNorm(priv_dim) if config.normalize_obs and priv_dim else nn.Identity()
+
+    def _critic_input(self, obs: TensorDict, state: torch.Tensor) -> torch.Tensor:
+        if not self.config.asymmetric_critic:
+            return state
+        return torch.cat([state, self.priv_norm(obs[keys.PRIVILEGED])], dim=-1)
+
+    def act(self, obs: TensorDict, deterministic: bool = False) -> ActOutput:
+        state = self.state_norm(obs[keys.STATE])
+        mean = self.actor(state)
+        value = self.critic(self._critic_input(obs, state)).squeeze(-1)
+        if deterministic:
+            return ActOutput(mean, torch.zeros_like(value), value, {})
+        std = self.log_std.exp()
+        noise = torch.randn_like(mean)
+        action = torch.addcmul(mean, noise, std)
+        log_prob = -(0.5 * noise.square() + self.log_std + _LOG_SQRT_2PI).sum(-1)
+        return ActOutput(action, log_prob, value, {})
+
+    def evaluate(self, obs: TensorDict, action: torch.Tensor, extras: dict[str, Any] | None = None):
+        state = self.state_norm(obs[keys.STATE])
+        mean = self.actor(state)
+        value = self.critic(self._critic_input(obs, state)).squeeze(-1)
+        z = (action - mean) * torch.exp(-self.log_std)
+        log_prob = -(0.5 * z.square() + self.log_std + _LOG_SQRT_2PI).sum(-1)
+        entropy = (self.log_std + 0.5 + _LOG_SQRT_2PI).sum().expand_as(log_prob)
+        return log_prob, entropy, value
+
+    def value(self, obs: TensorDict) -> torch.Tensor:
+        state = self.state_norm(obs[keys.STATE])
+        return self.critic(self._critic_input(obs, state)).squeeze(-1)
+
+    def bc_loss(self, batch: TensorDict) -> torch.Tensor:
+        """Negative log-likelihood of the demonstrated actions."""
+        log_prob, _, _ = self.evaluate(batch[keys.OBS], batch[keys.ACTION])
+        return -log_prob.mean()
+
+    def observe(self, obs: TensorDict) -> None:
+        if self.config.normalize_obs:
+            self.state_norm.update(obs[keys.STATE])
+            if self.config.asymmetric_critic:
+                self.priv_norm.update(obs[keys.PRIVILEGED])

@@ -1,0 +1,1 @@
+"""Simulator backends behind the `embodied.envs.VecEnv` contract (registered in `embodied.registry`)."""
