@@ -38,6 +38,18 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("run_dir", lambda resume, default: resume or default)
 
 
+def compose(overrides: list[str]) -> dict:
+    """The resolved run config for `overrides`, as `embodied train` would build it (no run dir)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=overrides)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
 def _train_task(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf

@@ -72,6 +72,8 @@ class Trainer:
         self.algo = registry.build("algo", config["algo"]["name"], _params(config["algo"]), policy=self.policy)
         self.collector = Collector(self.env, self.policy, self.cfg.rollout_steps)
         self.iteration, self.env_steps, self.train_time = 0, 0, 0.0
+        # the loop's random stream (action noise, minibatch order) starts here, whatever runs in between
+        self.rng_state = torch.get_rng_state()
 
     # --- the loop -------------------------------------------------------------------------
     def learn(self) -> dict[str, Any]:
@@ -79,6 +81,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.iteration == 0:
             self.collector.reset(seed=self.config["seed"])
+        torch.set_rng_state(self.rng_state)
         logger = RunLogger(self.run_dir, cfg.total_env_steps, self.env_steps, cfg.progress)
         try:
             while self.env_steps < cfg.total_env_steps and (cfg.max_seconds is None or self.train_time < cfg.max_seconds):
@@ -142,7 +145,7 @@ class Trainer:
         trainer.algo.load_state_dict(state["algo"])
         trainer.env.set_state({k: v.to(trainer.device) for k, v in state["env"].items()})
         trainer.collector.load_state_dict({k: v.to(trainer.device) for k, v in state["collector"].items()})
-        torch.set_rng_state(state["torch_rng"])
+        trainer.rng_state = state["torch_rng"]
         trainer.iteration, trainer.env_steps, trainer.train_time = state["iteration"], state["env_steps"], state["train_time"]
         truncate_metrics(run_dir, trainer.iteration)
         return trainer

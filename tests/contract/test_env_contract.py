@@ -114,7 +114,6 @@ def test_language_field(name):
 
 
 @pytest.mark.parametrize("name", ENV_NAMES)
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.gpu
 def test_runs_on_cuda(name):
     env = registry.build("env", name, {}, num_envs=N, device="cuda")

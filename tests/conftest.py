@@ -1,0 +1,25 @@
+"""Markers: `slow` runs only with --runslow; `gpu` only where CUDA is present; `hardware` only with --hardware."""
+
+import pytest
+import torch
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", help="also run slow learning tests")
+    parser.addoption("--hardware", action="store_true", help="also run tests that need real robot hardware")
+
+
+def pytest_configure(config):
+    torch.set_num_threads(1)  # small nets are dispatch-bound; one thread is the fast and deterministic choice
+
+
+def pytest_collection_modifyitems(config, items):
+    reasons = {
+        "slow": None if config.getoption("--runslow") else "slow learning test: pass --runslow",
+        "gpu": None if torch.cuda.is_available() else "needs a CUDA device; none is present",
+        "hardware": None if config.getoption("--hardware") else "needs real hardware: pass --hardware",
+    }
+    for item in items:
+        for marker, reason in reasons.items():
+            if reason and marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,0 +1,89 @@
+"""The runner: reproducibility, resume, NaN handling, checkpoints and run-directory contents."""
+
+import json
+
+import pytest
+import torch
+
+from embodied.algorithms.ppo import NonFiniteLossError
+from embodied.cli import compose
+from embodied.runner import checkpoint
+from embodied.runner.trainer import Trainer
+
+SMALL = ["experiment=arm_reach", "train.num_envs=64", "train.rollout_steps=8", "train.total_env_steps=2048",
+         "train.checkpoint_every=2", "train.eval_episodes=16", "train.progress=false"]
+
+
+def weights(trainer):
+    return {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+
+
+def records(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_run_directory_holds_config_metrics_checkpoints_and_curve(tmp_path):
+    trainer = Trainer(compose(SMALL), tmp_path)
+    summary = trainer.learn()
+    assert summary["env_steps"] == 2048 and 0.0 <= summary["eval/success"] <= 1.0
+    for path in ["metrics.jsonl", "curve.png", "checkpoints/final/model.safetensors",
+                 "checkpoints/final/config.yaml", "checkpoints/latest/trainer.safetensors"]:
+        assert (tmp_path / path).exists(), path
+    assert any(p.name.startswith("events.out.tfevents") for p in (tmp_path / "tensorboard").iterdir())
+    rows = records(tmp_path)
+    assert [r["iteration"] for r in rows[:-1]] == [1, 2, 3, 4] and "eval/success" in rows[-1]
+    assert checkpoint.load_config(tmp_path / "checkpoints" / "final")["env"]["name"] == "arm_reach"
+
+
+def test_seeded_runs_are_reproducible(tmp_path):
+    a = Trainer(compose(SMALL + ["train.eval_episodes=0"]), tmp_path / "a")
+    b = Trainer(compose(SMALL + ["train.eval_episodes=0"]), tmp_path / "b")
+    a.learn()
+    b.learn()
+    for key, value in weights(a).items():
+        assert torch.equal(value, b.policy.state_dict()[key]), key
+    c = Trainer(compose(SMALL + ["train.eval_episodes=0", "seed=1"]), tmp_path / "c")
+    c.learn()
+    assert not torch.equal(c.policy.state_dict()["log_std"], a.policy.state_dict()["log_std"])
+
+
+def test_resume_continues_the_same_curve(tmp_path):
+    overrides = SMALL + ["train.eval_episodes=0", "train.total_env_steps=4096"]
+    straight = Trainer(compose(overrides), tmp_path / "straight")
+    straight.learn()
+
+    # the same run, stopped after 2 iterations (its last checkpoint) and resumed
+    first = Trainer(compose(overrides[:-1] + ["train.total_env_steps=1024"]), tmp_path / "resumed")
+    first.learn()
+    # pretend the interruption came later than the checkpoint: a stale metrics line must be dropped
+    with (tmp_path / "resumed" / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"iteration": 3, "env_steps": 1536, "time": 0.0}) + "\n")
+    cfg_path = tmp_path / "resumed" / "checkpoints" / "latest" / "config.yaml"
+    cfg_path.write_text(cfg_path.read_text().replace("total_env_steps: 1024", "total_env_steps: 4096"))
+    resumed = Trainer.resume(tmp_path / "resumed")
+    assert resumed.iteration == 2
+    resumed.learn()
+    for key, value in weights(straight).items():
+        assert torch.equal(value, resumed.policy.state_dict()[key]), key
+    curve = lambda d: [(r["iteration"], r["train/return"] if "train/return" in r else None) for r in records(d)]
+    assert curve(tmp_path / "straight") == curve(tmp_path / "resumed")
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
+    trainer = Trainer(compose(SMALL + ["train.total_env_steps=8192"]), tmp_path)
+    original_step = trainer.env.step
+    calls = {"n": 0}
+
+    def poisoned_step(action):
+        obs, reward, terminated, truncated, info = original_step(action)
+        calls["n"] += 1
+        if calls["n"] > 8 * 5:  # iteration 6 collects poisoned rewards
+            reward = reward * float("nan")
+        return obs, reward, terminated, truncated, info
+
+    trainer.env.step = poisoned_step
+    with pytest.raises(NonFiniteLossError, match="last good checkpoint"):
+        trainer.learn()
+    good = checkpoint.load_model(tmp_path / "checkpoints" / "latest")
+    assert all(torch.isfinite(v).all() for v in good.values())
+    assert checkpoint.load_trainer(tmp_path / "checkpoints" / "latest")["iteration"] == 4
