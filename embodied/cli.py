@@ -81,7 +81,7 @@ def _print_summary(summary: dict) -> None:
 def train(argv: list[str]) -> int:
     import hydra
 
-    from embodied.algorithms.ppo import NonFiniteLossError
+    from embodied.algorithms.losses import NonFiniteLossError
     from embodied.config import ConfigError
     from embodied.registry import MissingExtraError
 

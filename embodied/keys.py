@@ -21,3 +21,6 @@ RETURN = "return"
 MASK = "mask"  # bool, True where an entry is real (not padding)
 IS_INTERVENTION = "is_intervention"
 SUCCESS = "success"
+GROUP = "group"  # int64 [B]: rollouts sharing an initial state / prompt (GRPO, RLOO)
+EXTRAS = "extras"  # whatever Policy.evaluate needs besides obs and action
+REF_LOG_PROB = "ref_log_prob"  # log-probs under a frozen reference policy (KL term)

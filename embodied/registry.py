@@ -35,6 +35,7 @@ REGISTRY: dict[str, dict[str, Entry]] = {
     },
     "algo": {
         "ppo": Entry("embodied.algorithms.ppo:PPO"),
+        "grpo": Entry("embodied.algorithms.grpo:GRPO"),
     },
 }
 

@@ -17,13 +17,9 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.algorithms.advantages import gae, normalize
-from embodied.algorithms.losses import approx_kl, ppo_loss
+from embodied.algorithms.losses import NonFiniteLossError, ppo_loss
 from embodied.config import check
 from embodied.policy import Policy
-
-
-class NonFiniteLossError(FloatingPointError):
-    """The loss became NaN or inf; weights were not updated with it."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +97,7 @@ class PPO:
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm, foreach=True)
         self.optimizer.step()
         if cfg.desired_kl is not None:
-            self._adapt_lr(approx_kl(log_prob.detach(), mb[keys.LOG_PROB]))
+            self._adapt_lr(metrics["approx_kl"])  # KL(old || new), estimated on the old policy's samples
         metrics = {k: v.detach() for k, v in metrics.items()}
         metrics["loss"] = loss.detach()
         return metrics

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from embodied import registry
-from embodied.algorithms.ppo import NonFiniteLossError
-from embodied.config import build_config, check
+from embodied.algorithms.losses import NonFiniteLossError
+from embodied.config import ConfigError, build_config, check
 from embodied.device import resolve_device
 from embodied.rollout import Collector
 from embodied.runner import checkpoint
@@ -69,6 +69,11 @@ class Trainer:
         self.device = resolve_device(config["device"])
         self.env = make_env(config, self.cfg.num_envs, self.device)
         self.policy = make_policy(config, self.env)
+        if getattr(registry.resolve("algo", config["algo"]["name"]), "needs_group_rollouts", False):
+            raise ConfigError(
+                f"algo={config['algo']['name']} trains from group rollouts (several episodes per initial state), "
+                "which env training does not collect; use algo=ppo here"
+            )
         self.algo = registry.build("algo", config["algo"]["name"], _params(config["algo"]), policy=self.policy)
         self.collector = Collector(self.env, self.policy, self.cfg.rollout_steps)
         self.iteration, self.env_steps, self.train_time = 0, 0, 0.0

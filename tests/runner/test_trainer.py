@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from embodied.algorithms.ppo import NonFiniteLossError
+from embodied.algorithms.losses import NonFiniteLossError
 from embodied.cli import compose
 from embodied.runner import checkpoint
 from embodied.runner.trainer import Trainer
