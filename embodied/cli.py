@@ -50,19 +50,56 @@ def compose(overrides: list[str]) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+def _unknown_key(argv: list[str]) -> str | None:
+    """A clearer message than Hydra's for `a.b=value` where `b` is not a key of `a`: names the valid keys."""
+    import difflib
+
+    overrides = [a for a in argv if "=" in a and not a.startswith(("-", "hydra.", "+", "~"))]
+    keys = [o.split("=", 1)[0] for o in overrides if "." in o.split("=", 1)[0]]
+    if not keys:
+        return None
+    choices = [o for o in overrides if "." not in o.split("=", 1)[0] and "," not in o]  # experiment=, env=, seed=
+    try:
+        config = compose(choices)
+    except Exception:  # noqa: BLE001 - Hydra reports composition errors itself
+        return None
+    for key in keys:
+        *parents, leaf = key.split(".")
+        node = config
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf not in node:
+            close = difflib.get_close_matches(leaf, list(node), n=1)
+            hint = f" (did you mean {'.'.join(parents + close)!r}?)" if close else ""
+            return f"unknown key {key!r}{hint}; valid keys of {'.'.join(parents)!r}: {', '.join(sorted(node))}"
+    return None
+
+
 def _train_task(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
     from embodied.runner.trainer import Trainer
 
+    from embodied.algorithms.losses import NonFiniteLossError
+    from embodied.config import ConfigError
+    from embodied.registry import MissingExtraError
+
     config = OmegaConf.to_container(cfg, resolve=True)
-    if config.get("resume"):
-        trainer = Trainer.resume(config["resume"])
-        print(f"resuming {config['resume']} from iteration {trainer.iteration} ({trainer.env_steps:,} env steps)")
-    else:
-        trainer = Trainer(config, Path(HydraConfig.get().runtime.output_dir))
-    summary = trainer.learn()
+    try:
+        if config.get("resume"):
+            trainer = Trainer.resume(config["resume"])
+            print(f"resuming {config['resume']} from iteration {trainer.iteration} ({trainer.env_steps:,} env steps)")
+        else:
+            trainer = Trainer(config, Path(HydraConfig.get().runtime.output_dir))
+        summary = trainer.learn()
+    except (ConfigError, MissingExtraError, NonFiniteLossError, FileNotFoundError) as err:
+        # one message, no traceback: Hydra would print its own around any other exception
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except KeyError as err:  # unknown registry names
+        print(f"error: {err.args[0]}", file=sys.stderr)
+        raise SystemExit(1) from None
     _print_summary(summary)
     return summary.get("eval/success")
 
@@ -81,21 +118,14 @@ def _print_summary(summary: dict) -> None:
 def train(argv: list[str]) -> int:
     import hydra
 
-    from embodied.algorithms.losses import NonFiniteLossError
-    from embodied.config import ConfigError
-    from embodied.registry import MissingExtraError
-
     register_configs()
+    unknown = _unknown_key(argv)
+    if unknown:
+        print(f"error: {unknown}", file=sys.stderr)
+        return 1
     main = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(_train_task)
     sys.argv = ["embodied train", *argv]
-    try:
-        main()
-    except (ConfigError, MissingExtraError, NonFiniteLossError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except KeyError as err:  # unknown registry names
-        print(f"error: {err.args[0]}", file=sys.stderr)
-        return 1
+    main()
     return 0
 
 

@@ -38,7 +38,7 @@ def test_multirun_sweeps_seeds(tmp_path):
     [
         ("experiment=hoverr", ["experiment/hoverr", "quadrotor_hover", "arm_reach"]),  # lists valid choices
         ("env=moon_lander", ["env/moon_lander", "quadrotor_hover"]),
-        ("train.num_env=3", ["num_env", "train"]),
+        ("train.num_env=3", ["train.num_env", "did you mean", "valid keys", "rollout_steps"]),
         ("+env.succes_radius=0.1", ["succes_radius", "valid keys"]),
         ("algo.clip=-1", ["algo.clip"]),
         ("policy.activation=swish", ["policy.activation", "valid choices", "'elu'"]),
