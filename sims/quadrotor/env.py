@@ -27,7 +27,7 @@ Observation "state" [N, 22] (waypoint [N, 25]), SI units:
        with the nominal motor time constant: the rotors lag 0.15 s behind the action
        and are not measured on a real Crazyflie, but this prediction is computable
        on board (as learning-to-fly's action history). With it, PPO (8M steps, 4096
-       envs, defaults) hovered 0.14 m from the target (median) instead of 0.58 m.
+       envs, defaults, one seed) hovered 0.14 m from the target (median) instead of 0.58 m.
 Observation "privileged" [N, 9], for an asymmetric critic: rotor speeds (2 m - 1);
 the randomized mass, thrust-coefficient and motor-time-constant multipliers as
 (s - 1) / range (0 when not randomized); elapsed fraction of the episode; task
@@ -345,7 +345,7 @@ class QuadrotorHoverEnv(_QuadrotorEnv):
     With the defaults a step is worth ~0.5-1 near the start, ~1 at the target and stays positive
     within ~1.9 m, so surviving pays (like the constant offset in learning-to-fly's rewards); a
     linear (not squared) distance keeps pulling at centimetres. (Against PPO, alive:w_pos = 2:1 hovered
-    closer than 3:1 after 8M steps; the rest were not tuned.)
+    closer than 3:1 after 8M steps, one seed each; the rest were not tuned.)
     Crash (terminated): |p| > max_pos, speed > max_speed or |w| > max_ang_vel (or NaN).
     Success: within success_radius and below success_speed at every step of the final
     success_hold_s, tracked as a streak of in-tolerance steps; at a step that is not done,
