@@ -43,6 +43,7 @@ def test_multirun_sweeps_seeds(tmp_path):
         ("algo.clip=-1", ["algo.clip"]),
         ("policy.activation=swish", ["policy.activation", "valid choices", "'elu'"]),
         ("train.num_envs=many", ["train.num_envs", "int"]),
+        ("algo=grpo", ["algo=grpo", "group rollouts", "algo=ppo"]),
     ],
 )
 def test_bad_config_fails_at_start_naming_the_key(tmp_path, override, expected):
