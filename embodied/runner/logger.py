@@ -81,7 +81,7 @@ def plot_curve(run_dir: Path, title: str = "") -> Path:
         axes[0].plot([r["env_steps"] for r in evals], [r["eval/success"] for r in evals], "o", label="evaluation")
     axes[0].set(xlabel="env steps", ylabel="success rate", ylim=(-0.02, 1.02), title="success")
     axes[1].set(xlabel="env steps", ylabel="mean episode return", title="return")
-    axes[0].legend(loc="lower right")
+    axes[0].legend(loc="upper left")
     if records:
         secs = records[-1]["time"]
         fig.suptitle(f"{title}  ({steps[-1]:,} steps, {secs:.0f} s of training)")
