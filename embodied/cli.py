@@ -93,12 +93,9 @@ def _train_task(cfg) -> float | None:
         else:
             trainer = Trainer(config, Path(HydraConfig.get().runtime.output_dir))
         summary = trainer.learn()
-    except (ConfigError, MissingExtraError, NonFiniteLossError, FileNotFoundError) as err:
-        # one message, no traceback: Hydra would print its own around any other exception
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(1) from None
-    except KeyError as err:  # unknown registry names
-        print(f"error: {err.args[0]}", file=sys.stderr)
+    except (ConfigError, MissingExtraError, NonFiniteLossError, FileNotFoundError, KeyError) as err:
+        # one message, no traceback (Hydra would print one); KeyError: an unknown registry name
+        print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
         raise SystemExit(1) from None
     _print_summary(summary)
     return summary.get("eval/success")
@@ -132,6 +129,7 @@ def train(argv: list[str]) -> int:
 def evaluate_cmd(argv: list[str]) -> int:
     import torch
 
+    from embodied.device import resolve_device
     from embodied.runner import checkpoint
     from embodied.runner.evaluate import evaluate
     from embodied.runner.trainer import make_env, make_policy
@@ -149,8 +147,6 @@ def evaluate_cmd(argv: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     config = checkpoint.load_config(ckpt)
-    from embodied.device import resolve_device
-
     torch.set_num_threads(int(config.get("threads", 1)))
     env = make_env(config, args.episodes, resolve_device(args.device or config["device"]))
     policy = make_policy(config, env)
