@@ -1,7 +1,13 @@
 """Markers: `slow` runs only with --runslow; `gpu` only where CUDA is present; `hardware` only with --hardware."""
 
-import pytest
-import torch
+import os
+
+# MuJoCo picks its GL backend when first imported, whichever test imports it first: offscreen EGL
+# (Mesa's software renderer on CPU machines; shared/ENVIRONMENT.md)
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -15,7 +21,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     reasons = {
-        "slow": None if config.getoption("--runslow") else "slow learning test: pass --runslow",
+        "slow": None if config.getoption("--runslow") else "slow test (learning runs, long crash loops): pass --runslow",
         "gpu": None if torch.cuda.is_available() else "needs a CUDA device; none is present",
         "hardware": None if config.getoption("--hardware") else "needs real hardware: pass --hardware",
     }
