@@ -1,0 +1,77 @@
+"""Real LeRobot (0.6.1, in the separate environment scripts/lerobot_env.sh builds) reads our export,
+and our importer reads what LeRobot's own writer produced. Slow: the first run builds the environment
+(~3.5 min, ~5.4 GB, cached in .lerobot-env/); each LeRobot call starts a fresh interpreter."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embodied.data.lerobot_format import export_lerobot, import_lerobot
+from embodied.data.store import EpisodeStore
+from tests.data.crash_writer import episode
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+ENV = Path(os.environ.get("LEROBOT_ENV", REPO / ".lerobot-env"))
+SIDE = REPO / "tests" / "data" / "lerobot_side.py"
+
+
+@pytest.fixture(scope="module")
+def lerobot_python():
+    build = subprocess.run(["bash", str(REPO / "scripts" / "lerobot_env.sh")], capture_output=True, text=True,
+                           timeout=1800, env={**os.environ, "LEROBOT_ENV": str(ENV)})
+    if build.returncode == 2:
+        pytest.skip(f"no LeRobot environment: {build.stderr.strip()}")
+    assert build.returncode == 0, build.stderr[-3000:]
+    return str(ENV / "bin" / "python")
+
+
+def run_side(python, *args):
+    result = subprocess.run([python, str(SIDE), *map(str, args)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_lerobot_reads_our_export(lerobot_python, tmp_path):
+    store = EpisodeStore(tmp_path / "s.zarr", mode="a")
+    for i in range(5):
+        ep = episode(i)
+        ep["obs/images/cam"] = np.repeat(np.repeat(ep["obs/images/cam"], 4, 1), 4, 2)
+        store.append_episode(ep)
+    export_lerobot(store, tmp_path / "export", fps=10)
+    run_side(lerobot_python, "read", tmp_path / "export", tmp_path / "read.npz")
+    got = np.load(tmp_path / "read.npz")
+    meta = json.loads(str(got["meta"]))
+    assert meta["num_episodes"] == 5 and meta["num_frames"] == store.num_steps
+    assert meta["camera_keys"] == ["observation.images.cam"]
+    assert np.array_equal(got["observation.state"], store.read("obs/state"))
+    assert np.array_equal(got["action"], store.read("action"))
+    assert np.array_equal(got["next.reward"].reshape(-1), store.read("reward"))
+    assert np.array_equal(got["next.done"].reshape(-1), store.read("terminated"))
+    ends = store.episode_ends
+    assert np.array_equal(got["episode_index"].reshape(-1), np.searchsorted(ends, np.arange(ends[-1]), side="right"))
+    texts = [bytes(r).rstrip(b"\0").decode() for r in store.read("obs/language")]
+    assert got["task"].tolist() == texts
+    images = got["observation.images.cam"]  # LeRobot: float CHW in [0, 1]
+    assert images.shape == (store.num_steps, 3, 64, 64)
+    err = np.abs(images.transpose(0, 2, 3, 1) * 255 - store.read("obs/images/cam").astype(float))
+    assert err.mean() < 3.0, err.mean()
+
+
+def test_we_read_what_lerobot_wrote(lerobot_python, tmp_path):
+    run_side(lerobot_python, "write", tmp_path / "written", tmp_path / "fed.npz")
+    fed = np.load(tmp_path / "fed.npz")
+    store = import_lerobot(tmp_path / "written", tmp_path / "s.zarr")
+    assert store.num_episodes == 3 and store.episode_ends.tolist() == [7, 19, 24]
+    assert np.array_equal(store.read("obs/state"), fed["observation.state"])
+    assert np.array_equal(store.read("action"), fed["action"])
+    assert np.array_equal(store.read("reward"), fed["next.reward"].reshape(-1))
+    assert np.array_equal(store.read("terminated"), fed["next.done"].reshape(-1))
+    texts = [bytes(r).rstrip(b"\0").decode() for r in store.read("obs/language")]
+    assert texts == fed["task"].tolist()
+    err = np.abs(store.read("obs/images/front").astype(float) - fed["observation.images.front"].astype(float))
+    assert err.mean() < 4.0, err.mean()
+    assert store.attrs["fps"] == 10
