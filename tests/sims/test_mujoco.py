@@ -1,0 +1,171 @@
+"""The batched MuJoCo Panda tasks: kinematics, stepping, snapshots, success logic, cameras, randomization."""
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("sims.mujoco")  # imports mujoco after setting MUJOCO_GL=egl; skips where mujoco is missing
+from sims.mujoco import MujocoPickEnv, MujocoPushEnv, MujocoReachEnv, kinematics, scene  # noqa: E402
+
+import mujoco  # noqa: E402
+
+from embodied.config import ConfigError  # noqa: E402
+from embodied.specs import decode_text  # noqa: E402
+from sims.mujoco.physics import make_stepper  # noqa: E402
+from sims.mujoco.scripted import scripted_action  # noqa: E402
+
+
+def run_expert(env, seed=0):
+    """Success rate of the scripted expert over one episode per env."""
+    obs = env.reset(seed=seed)
+    finished = torch.zeros(env.num_envs, dtype=torch.bool)
+    success = torch.zeros(env.num_envs, dtype=torch.bool)
+    for _ in range(env.max_episode_steps):
+        obs, _, terminated, truncated, info = env.step(scripted_action(env, obs["state"]))
+        done = (terminated | truncated) & ~finished
+        success |= done & info["success"]
+        finished |= done
+    return success.float().mean().item()
+
+
+def test_kinematics_match_mujoco():
+    model = scene.build_model()
+    data = mujoco.MjData(model)
+    qpos = np.random.default_rng(0).uniform(scene.JOINT_LOWER, scene.JOINT_UPPER, (4, 7))
+    frames = kinematics.joint_frames(qpos)
+    pos, rot, jac = frames.tcp, frames.rot, kinematics.jacobian(frames)
+    site = model.site("tcp").id
+    for i in range(4):
+        data.qpos[:7] = qpos[i]
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_comPos(model, data)
+        jp, jr = np.zeros((3, model.nv)), np.zeros((3, model.nv))
+        mujoco.mj_jacSite(model, data, jp, jr, site)
+        np.testing.assert_allclose(pos[i], data.site_xpos[site], atol=1e-8)
+        np.testing.assert_allclose(rot[i].ravel(), data.site_xmat[site], atol=1e-6)
+        np.testing.assert_allclose(jac[i], np.concatenate([jp[:, :7], jr[:, :7]]), atol=1e-8)
+
+
+def test_rollout_and_thread_steppers_agree_bitwise():
+    env = MujocoPushEnv(MujocoPushEnv.Config(), num_envs=6)
+    env.reset(seed=0)
+    ctrl = np.tile(np.r_[scene.HOME_QPOS, 0.0, 0.0], (6, 1)) + np.random.default_rng(1).normal(0, 0.1, (6, 9))
+    results = []
+    for kind in ("rollout", "threads"):
+        stepper = make_stepper(kind, env.model, 2)
+        state = env.physics.copy()
+        for _ in range(5):
+            state, sensors = stepper.step(env.models, state, ctrl, 10)
+        results.append((state.copy(), sensors.copy()))
+        stepper.close()
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    assert not np.array_equal(results[0][0], env.physics), "stepping changed nothing"
+
+
+@pytest.mark.parametrize("control, dim", [("ee_delta", 4), ("joint_delta", 8)])
+def test_shapes_and_control_modes(control, dim):
+    env = MujocoReachEnv(MujocoReachEnv.Config(control=control), num_envs=3)
+    obs = env.reset(seed=0)
+    assert env.action_spec.shape == (dim,) and obs["state"].shape == (3, 31)
+    before = obs["state"][:, 15:18].clone()
+    action = torch.zeros(3, dim)
+    action[:, 0] = 1.0  # +x in ee_delta; joint 1 (base yaw) in joint_delta
+    for t in range(10):  # 4 steps of motion, then the servos settle (they lag ~0.1 s)
+        obs, reward, *_ = env.step(action if t < 4 else torch.zeros(3, dim))
+    moved = (obs["state"][:, 15:18] - before).norm(dim=-1)
+    assert (moved > 0.03).all(), moved
+    if control == "ee_delta":  # 4 x 2.5 cm along +x, holding height and the hand pointing down
+        delta = obs["state"][:, 15:18] - before
+        assert (delta[:, 0] - 0.1).abs().max() < 0.012 and delta[:, 1:].abs().max() < 0.01, delta
+    with pytest.raises(ValueError, match="action shape"):
+        env.step(torch.zeros(3, dim + 1))
+
+
+def test_scripted_expert_solves_reach_and_pick():
+    assert run_expert(MujocoReachEnv(MujocoReachEnv.Config(), num_envs=16)) >= 0.95
+    assert run_expert(MujocoPickEnv(MujocoPickEnv.Config(), num_envs=8)) >= 0.6
+
+
+def test_success_terminates_with_bonus_and_auto_resets():
+    env = MujocoReachEnv(MujocoReachEnv.Config(), num_envs=4)
+    obs = env.reset(seed=3)
+    env.target[:2] = obs["state"][:2, 15:18].double().numpy()  # targets at the tcp of envs 0, 1
+    obs, reward, terminated, truncated, info = env.step(torch.zeros(4, 4))
+    assert info["success"].tolist() == [True, True, False, False]
+    assert terminated.tolist() == [True, True, False, False] and not truncated.any()
+    assert (reward[:2] > 9.0).all() and (reward[2:] < 0).all()
+    assert env.steps.tolist() == [0, 0, 1, 1]  # the finished episodes restarted
+    final = info["final_obs"]["state"]
+    assert (final[:2, 27:30].norm(dim=-1) < 0.03).all() and not torch.equal(final[:2], obs["state"][:2])
+
+
+def test_sparse_reward_pays_only_success():
+    env = MujocoPushEnv(MujocoPushEnv.Config(sparse=True, success_bonus=1.0, action_weight=0.0), num_envs=4)
+    env.reset(seed=0)
+    for _ in range(3):
+        _, reward, _, _, info = env.step(torch.rand(4, 4) * 2 - 1)
+        assert torch.equal(reward, info["success"].float())
+
+
+def test_snapshot_restore_with_randomization_and_cameras():
+    cfg = MujocoPickEnv.Config(
+        friction_range=(0.5, 1.5), mass_range=(0.5, 2.0), light_range=(0.5, 1.0), camera_jitter=0.02,
+        cameras=("front",), image_size=32, max_episode_steps=6,
+    )
+    env = MujocoPickEnv(cfg, num_envs=3)
+    env.reset(seed=1)
+    gen = torch.Generator().manual_seed(0)
+    snapshot = {k: v.clone() for k, v in env.get_state().items()}
+    actions = [torch.rand(3, 4, generator=gen) * 2 - 1 for _ in range(9)]  # crosses an auto-reset
+    first = [env.step(a) for a in actions]
+    env.set_state(snapshot)
+    for a, (obs, reward, terminated, truncated, _) in zip(actions, first):
+        obs2, reward2, terminated2, truncated2, _ = env.step(a)
+        assert (obs2 == obs).all() and torch.equal(reward2, reward) and torch.equal(truncated2, truncated)
+
+
+def test_domain_randomization_changes_parameters_and_images():
+    cfg = MujocoPushEnv.Config(friction_range=(0.3, 1.5), mass_range=(0.5, 2.0), light_range=(0.3, 1.0),
+                               camera_jitter=0.05, cameras=("front",), image_size=32)
+    env = MujocoPushEnv(cfg, num_envs=4)
+    env.reset(seed=0)
+    base = env.model
+    frictions = [m.geom_friction[env.cube_geom, 0] for m in env.models]
+    masses = [m.body_mass[env.cube_body] for m in env.models]
+    assert len(set(frictions)) == 4 and len(set(masses)) == 4
+    np.testing.assert_allclose(frictions, base.geom_friction[env.cube_geom, 0] * env.friction)
+    np.testing.assert_allclose(masses, base.body_mass[env.cube_body] * env.mass)
+    assert 0.3 <= env.friction.min() and env.friction.max() <= 1.5
+    # the same physical state drawn under each env's light and camera gives different frames
+    env.physics[:] = env.physics[0]
+    env.target[:] = env.target[0]
+    images = env._observe()["images", "front"].float()
+    assert (images[1:] - images[0]).abs().mean(dim=(1, 2, 3)).min() > 1.0
+
+
+@pytest.mark.parametrize("size", [64, 128])
+def test_cameras_render_rgb_and_depth(size):
+    env = MujocoReachEnv(MujocoReachEnv.Config(cameras=("front", "wrist"), image_size=size, depth=True), num_envs=2)
+    obs = env.reset(seed=0)
+    for cam in ("front", "wrist"):
+        rgb, depth = obs["images"][cam], obs["depth"][cam]
+        assert rgb.shape == (2, size, size, 3) and rgb.dtype == torch.uint8
+        assert rgb.float().std(dim=(1, 2, 3)).min() > 10.0, "a flat image"
+        assert depth.shape == (2, size, size, 1) and depth.dtype == torch.float32
+        assert 0.02 < depth.min() and depth.max() <= 3.0 and depth.std() > 0.01  # metres, clipped at 3
+    # the target ball moves in the front image when the target moves
+    env.target[0] += (0.0, 0.15, 0.0)
+    moved = env._observe()["images"]["front"]
+    assert (moved[0].float() - obs["images"]["front"][0].float()).abs().sum() > 100
+
+
+def test_seeding_language_and_bad_config():
+    a, b = MujocoPickEnv(MujocoPickEnv.Config(), num_envs=4), MujocoPickEnv(MujocoPickEnv.Config(), num_envs=4)
+    assert (a.reset(seed=7) == b.reset(seed=7)).all()
+    assert not torch.equal(a.reset(seed=8)["state"], b.reset(seed=7)["state"])
+    assert all("cube" in t or "block" in t for t in decode_text(a.reset(seed=0)["language"]))
+    with pytest.raises(ConfigError, match="valid choices: front, wrist"):
+        MujocoReachEnv.Config(cameras=("top",))
+    with pytest.raises(ConfigError, match="multiple of the physics timestep"):
+        MujocoReachEnv.Config(control_dt=0.03)
