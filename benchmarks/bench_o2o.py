@@ -1,0 +1,113 @@
+"""Offline-to-online vs online-from-scratch on arm reach: online env steps to a success threshold.
+
+    .venv/bin/python benchmarks/bench_o2o.py                         # 3 seeds, the settings below
+    .venv/bin/python benchmarks/bench_o2o.py --seeds 0 --steps 20000 --threshold 0.5 --out runs/bench_o2o
+
+Both methods are `embodied train` runs of the same pipeline code (embodied/runner/pipeline.py),
+with the same online budget, env count, networks, SAC settings and evaluation:
+- o2o:     experiment=arm_reach_o2o (noisy scripted-expert demos -> BC -> Cal-QL -> WSRL online SAC)
+- scratch: experiment=arm_reach_sac (uniform random actions, then SAC)
+Each online stage evaluates `eval_episodes` deterministic episodes every `eval_every` env steps.
+Steps to threshold = the first evaluation point whose success >= threshold (the o2o curve
+starts at step 0 with the pretrained policy). Seeds run interleaved (o2o, scratch, o2o, ...).
+Writes `o2o_curves.png` and `o2o_results.json` into --out and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+from embodied.cli import compose  # noqa: E402
+from embodied.runner.logger import read_metrics  # noqa: E402
+from embodied.runner.pipeline import Pipeline  # noqa: E402
+
+METHODS = {"o2o": "arm_reach_o2o", "scratch": "arm_reach_sac"}
+
+
+def run(method: str, seed: int, args: argparse.Namespace) -> list[tuple[int, float]]:
+    overrides = [
+        f"experiment={METHODS[method]}", f"seed={seed}", f"train.total_env_steps={args.steps}",
+        "train.progress=false", f"train.eval_episodes={args.eval_episodes}",
+        f"pipeline.online.eval_every={args.eval_every}", f"pipeline.online.eval_episodes={args.eval_episodes}",
+        f"policy.actor_hidden=[{args.width},{args.width}]", f"policy.critic_hidden=[{args.width},{args.width}]",
+        f"algo.utd_ratio={args.utd}", *args.override,
+    ]
+    run_dir = Path(args.out) / f"{method}_seed{seed}"
+    start = time.perf_counter()
+    Pipeline(compose(overrides), run_dir).learn()
+    print(f"  {method} seed {seed}: {time.perf_counter() - start:.0f} s", flush=True)
+    return [(r["env_steps"], r["eval/success"]) for r in read_metrics(run_dir / "online") if "eval/success" in r]
+
+
+def steps_to(curve: list[tuple[int, float]], threshold: float) -> int | None:
+    return next((steps for steps, success in curve if success >= threshold), None)
+
+
+def plot(curves: dict[str, dict[int, list]], threshold: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for method, by_seed in curves.items():
+        for i, (seed, curve) in enumerate(sorted(by_seed.items())):
+            xs, ys = zip(*curve)
+            ax.plot(xs, ys, color="C0" if method == "o2o" else "C1", alpha=0.8,
+                    label=f"{method} ({METHODS[method]})" if i == 0 else None)
+    ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"threshold {threshold:.0%}")
+    ax.set(xlabel="online env steps", ylabel="eval success rate", ylim=(-0.02, 1.02),
+           title="arm reach: offline-to-online vs online from scratch (one line per seed)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=40_000, help="online env-step budget of both methods")
+    p.add_argument("--threshold", type=float, default=0.5, help="eval success rate to reach")
+    p.add_argument("--eval-every", type=int, default=2_000)
+    p.add_argument("--eval-episodes", type=int, default=100)
+    p.add_argument("--width", type=int, default=128, help="hidden width of actor and critics (2 layers)")
+    p.add_argument("--utd", type=float, default=0.5, help="gradient steps per env step, both methods")
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--out", default="runs/bench_o2o")
+    p.add_argument("override", nargs="*", help="extra key=value overrides for both methods")
+    args = p.parse_args(argv)
+    curves: dict[str, dict[int, list]] = {m: {} for m in args.methods}
+    for seed in args.seeds:
+        for method in args.methods:
+            curves[method][seed] = run(method, seed, args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "o2o_results.json").write_text(json.dumps({"args": vars(args), "curves": curves}, indent=1))
+    plot(curves, args.threshold, out / "o2o_curves.png")
+    print(f"\nonline env steps to {args.threshold:.0%} eval success (budget {args.steps:,}; '>' = not reached)")
+    print("| seed | " + " | ".join(args.methods) + " | ratio scratch / o2o |\n|---|" + "---|" * (len(args.methods) + 1))
+    ratios = []
+    for seed in args.seeds:
+        hits = {m: steps_to(curves[m][seed], args.threshold) for m in args.methods}
+        cells = [f"{h:,}" if h is not None else f">{args.steps:,}" for h in hits.values()]
+        ratio = ""
+        if {"o2o", "scratch"} <= set(hits) and hits["o2o"] is not None:
+            scratch = hits["scratch"] if hits["scratch"] is not None else args.steps
+            ratio = f"{'>=' if hits['scratch'] is None else ''}{scratch / max(hits['o2o'], args.eval_every):.1f}x"
+            ratios.append(scratch / max(hits["o2o"], args.eval_every))
+        print(f"| {seed} | " + " | ".join(cells) + f" | {ratio} |")
+    if ratios:
+        print(f"median ratio {statistics.median(ratios):.1f}x (min {min(ratios):.1f}x); curves: {out / 'o2o_curves.png'}")
+
+
+if __name__ == "__main__":
+    main()

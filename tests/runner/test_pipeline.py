@@ -1,0 +1,134 @@
+"""The staged pipeline (demos -> bc -> offline -> online): stage folders, resume at any stage, the CLI path."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from embodied import keys
+from embodied.cli import compose
+from embodied.config import ConfigError
+from embodied.data.replay import SOURCE, MixedSampler
+from embodied.runner import checkpoint
+from embodied.runner.pipeline import Pipeline
+from embodied.runner.trainer import Trainer, trainer_class
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["experiment=arm_reach_o2o", "train.num_envs=8", "train.total_env_steps=96", "train.eval_episodes=8",
+        "train.progress=false", "policy.actor_hidden=[16]", "policy.critic_hidden=[16]",
+        "pipeline.demos.episodes=8", "pipeline.bc.updates=20", "pipeline.bc.batch_size=32",
+        "pipeline.offline.updates=6", "pipeline.offline.eval_every=3", "pipeline.offline.algo.batch_size=32",
+        "pipeline.offline.algo.num_samples=2", "pipeline.online.warmup_steps=32", "pipeline.online.eval_every=32",
+        "pipeline.online.eval_episodes=4", "algo.batch_size=32", "algo.utd_ratio=0.25"]
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_stages_write_metrics_and_checkpoints(tmp_path):
+    summary = Pipeline(compose(TINY), tmp_path).learn()
+    assert summary["env_steps"] == 96 and summary["eval/episodes"] == 8
+    for stage in ("bc", "offline", "online"):
+        assert (tmp_path / stage / "checkpoints" / "final" / "model.safetensors").exists(), stage
+    assert [r["update"] for r in rows(tmp_path / "offline" / "metrics.jsonl")] == [3, 6]
+    online = rows(tmp_path / "online" / "metrics.jsonl")
+    assert [r["env_steps"] for r in online] == [0, 32, 64, 96]
+    # WSRL warm-up: no update during the first 32 env steps; then 8 envs x 0.25 = 2 updates per collect
+    assert online[1]["updates"] == 0 and online[-1]["updates"] == (96 - 32) // 8 * 2
+    assert "eval/success" in online[-1] and (tmp_path / "online" / "curve.png").exists()
+    assert (tmp_path / "config.yaml").exists() and trainer_class(str(tmp_path)) is Pipeline
+
+
+def test_demos_hold_the_expert_episodes_with_mc_returns(tmp_path):
+    pipeline = Pipeline(compose(TINY + ["pipeline.demos.action_noise=0.0"]), tmp_path)
+    demos = pipeline.make_demos()
+    done = demos[keys.TERMINATED] | demos[keys.TRUNCATED]
+    assert int(done.sum()) == 8  # one whole episode per demo env
+    assert demos[keys.TERMINATED].sum() >= 6  # the noiseless scripted expert succeeds (terminates) almost always
+    # the return-to-go of each episode's last step is its reward
+    assert torch.allclose(demos[keys.MC_RETURN][done], demos[keys.REWARD][done])
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    """One uninterrupted run that the resumed ones must match bit for bit."""
+    run_dir = tmp_path_factory.mktemp("straight")
+    pipeline = Pipeline(compose(TINY), run_dir)
+    pipeline.learn()
+    return run_dir, {k: v.clone() for k, v in pipeline.policy.state_dict().items()}
+
+
+@pytest.mark.parametrize("stop_after", ["offline", "online-latest"])  # a stage boundary, and mid-stage
+def test_resume_at_any_stage_matches_the_uninterrupted_run(tmp_path, straight_run, stop_after):
+    straight_dir, straight_weights = straight_run
+    # the same run, interrupted: finished stages are kept, later ones removed as if never reached
+    shutil.copytree(straight_dir, tmp_path / "resumed")
+    resumed_dir = tmp_path / "resumed"
+    if stop_after == "offline":
+        shutil.rmtree(resumed_dir / "online")
+    else:  # killed during the online stage, after its checkpoint at 64 env steps
+        interrupted = Pipeline(compose(TINY + ["train.total_env_steps=64"]), tmp_path / "partial")
+        interrupted.learn()
+        shutil.rmtree(resumed_dir / "online")
+        shutil.copytree(tmp_path / "partial" / "online", resumed_dir / "online")
+        shutil.rmtree(resumed_dir / "online" / "checkpoints" / "final")
+        with (resumed_dir / "online" / "metrics.jsonl").open("a") as f:  # a line written after the checkpoint
+            f.write(json.dumps({"env_steps": 80, "iteration": 80}) + "\n")
+    resumed = trainer_class(str(resumed_dir)).resume(resumed_dir)
+    assert resumed.iteration == 2 and resumed.env_steps == (0 if stop_after == "offline" else 64)  # stages done
+    resumed.learn()
+    for key, value in straight_weights.items():
+        assert torch.equal(value, resumed.policy.state_dict()[key]), key
+    curve = [r["env_steps"] for r in rows(resumed_dir / "online" / "metrics.jsonl")]
+    assert curve == [0, 32, 64, 96]
+
+
+def test_bad_pipeline_configs_fail_at_start(tmp_path):
+    with pytest.raises(ConfigError, match="demos.episodes"):
+        Pipeline(compose(TINY + ["pipeline.demos.episodes=0"]), tmp_path)
+    with pytest.raises(KeyError, match="unknown algo 'cql'"):
+        Pipeline(compose(TINY + ["pipeline.offline.algo={name: cql}"]), tmp_path)
+    with pytest.raises(ConfigError, match="replay buffer"):
+        Trainer(compose(["experiment=arm_reach", "algo=sac", "policy=sac_mlp"]), tmp_path)
+
+
+@pytest.mark.slow  # a subprocess importing the whole stack: 70 s measured on the shared, loaded machine
+def test_cli_runs_the_pipeline_and_finds_its_checkpoint(tmp_path):
+    run = [sys.executable, "-m", "embodied.cli"]
+    out = subprocess.run([*run, "train", *TINY, f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "evaluation: success" in out.stdout
+    # `embodied eval <run dir>` loads what find_checkpoint returns: the last stage's final weights
+    assert checkpoint.find_checkpoint(tmp_path / "run") == tmp_path / "run" / "online" / "checkpoints" / "final"
+
+
+def test_rlpd_online_stage_samples_offline_and_online_data_half_and_half(tmp_path):
+    overrides = TINY + ["algo=rlpd", "algo.batch_size=32", "algo.utd_ratio=2", "policy.num_critics=4",
+                        "policy.layer_norm=true", "pipeline.bc.updates=0", "pipeline.offline.updates=0",
+                        "pipeline.online.offline_fraction=0.5", "pipeline.online.warmup_steps=0",
+                        "train.total_env_steps=32"]
+    pipeline = Pipeline(compose(overrides), tmp_path)
+    seen = []
+    original = MixedSampler.sample
+
+    def spy(self, batch_size, generator=None):
+        batch = original(self, batch_size, generator)
+        seen.append(batch[SOURCE].bincount(minlength=2).tolist())
+        return batch
+
+    MixedSampler.sample = spy
+    try:
+        pipeline.learn()
+    finally:
+        MixedSampler.sample = original
+    # every RLPD batch: 16 rows of demos and 16 of online data
+    assert seen and all(counts == [16, 16] for counts in seen)
+    assert rows(tmp_path / "online" / "metrics.jsonl")[-1]["updates"] == len(seen)
