@@ -1,0 +1,1 @@
+"""Pieces shared by the generative (diffusion, flow) policies: normalizer, encoders, denoiser nets."""

@@ -1,0 +1,252 @@
+"""Autoregressive VLA: image patches + state + language bytes -> a causal transformer -> action tokens.
+
+    policy = VLAPolicy(VLAPolicy.Config(), observation_spec, action_spec)
+    out = policy.act(obs)                      # out.action [N, A]: the decoded chunk's first action
+    out.extras["tokens"]                       # [N, H * A] the sampled action-token ids (the MDP action)
+    out.extras["token_log_prob"]               # [N, H * A] their log-probs; out.log_prob is the sum
+    log_prob, entropy, value = policy.evaluate(obs, out.action, out.extras)   # one teacher-forced pass
+    loss = policy.bc_loss(batch)               # token cross-entropy on demo chunks [B, H, A] or [B, A]
+
+The sequence fed to the backbone through `inputs_embeds` (OpenVLA, Kim et al.
+2024: projected vision patches, then the prompt, then action tokens):
+
+    [patches of each camera] [state] [BOS] [language bytes, fixed width L] [a_1 ... a_{H*A}]
+     `------------------------ prefix, P positions ---------------------'
+
+Language keeps its full zero-padded width, so a sample's tokens and positions do
+not depend on which other samples share its batch: act on a rollout batch and
+evaluate on a shuffled minibatch see the same sequence. The value head reads the
+last hidden state at the last prefix position, the one that predicts a_1.
+
+Decoding. H*A tokens, one per step, each over the action bins only (logits of
+the other ids are dropped), at `temperature` (SimpleVLA-RL, Li et al. 2025,
+samples rollouts at raised temperature); greedy when deterministic. With
+`use_cache` the prefix runs once and every later step feeds one token with the
+backbone's `past_key_values`. Log-probs are of the tempered distribution the
+token was drawn from, so PPO's ratio compares like with like.
+
+Action chunks are re-planned every step (receding horizon), as in
+policies/common/chunk_policy.py: the MDP action is the token sequence, of
+which the executed action is a function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict
+from torch import nn
+
+from embodied import keys
+from embodied.config import check
+from embodied.policy import ActOutput, Policy
+from embodied.specs import Spec
+from policies.common.chunk_policy import chunk_and_mask
+from policies.common.normalizer import Normalizer
+from policies.vla.backbone import build_backbone, build_vision
+from policies.vla.tokenizer import BOS_ID, BYTE_OFFSET, ActionTokenizer, TokenLayout
+
+
+@dataclass(frozen=True)
+class VLAConfig:
+    backbone: Literal["llama", "gpt2"] = "llama"  # transformers causal LM class (OpenVLA uses Llama 2)
+    hidden: int = 64  # backbone width: tiny, so CPU tests and rollouts run in seconds (OpenVLA: 4096)
+    layers: int = 2  # backbone transformer layers (OpenVLA: 32)
+    heads: int = 4  # attention heads of backbone and vision tower
+    max_positions: int = 512  # backbone position table (prefix + action tokens must fit)
+    n_bins: int = 256  # action bins per dimension (OpenVLA, Kim et al. 2024, Sec. 3.2)
+    vocab_extra: int = 0  # ids beyond specials + 256 bytes + n_bins (room for other tokens)
+    horizon: int = 1  # actions per decoded chunk (H); the first one is executed
+    temperature: float = 1.0  # sampling temperature of act(deterministic=False) and of its log-probs
+    use_cache: bool = True  # decode with past_key_values (False: re-run the whole sequence per token)
+    vision: Literal["siglip", "vit", "cnn"] = "siglip"  # image encoder for images/<cam> observations
+    vision_hidden: int = 32  # vision tower width
+    vision_layers: int = 1  # vision tower layers
+    patch_size: int = 8  # ViT/SigLIP patch size in pixels
+    image_size: int = 0  # square side images are resized to; 0 = the camera's height
+
+    def __post_init__(self):
+        check(self.backbone in ("llama", "gpt2"), f"policy.backbone={self.backbone!r}: valid choices llama, gpt2")
+        check(self.vision in ("siglip", "vit", "cnn"), f"policy.vision={self.vision!r}: valid choices siglip, vit, cnn")
+        check(self.hidden >= 1 and self.layers >= 1 and self.heads >= 1 and self.hidden % self.heads == 0,
+              f"policy.hidden={self.hidden} must be a positive multiple of policy.heads={self.heads}")
+        check(self.vision_hidden % self.heads == 0, f"policy.vision_hidden={self.vision_hidden} must divide by heads")
+        check(self.n_bins >= 2 and self.vocab_extra >= 0, "policy.n_bins must be >= 2 and policy.vocab_extra >= 0")
+        check(self.horizon >= 1, f"policy.horizon={self.horizon} must be >= 1")
+        check(self.temperature > 0, f"policy.temperature={self.temperature} must be > 0")
+        check(self.patch_size >= 1 and self.image_size >= 0, "policy.patch_size >= 1 and policy.image_size >= 0")
+
+
+class VLAPolicy(Policy):
+    Config = VLAConfig
+
+    def __init__(self, config: VLAConfig, observation_spec: dict[str, Spec], action_spec: Spec,
+                 backbone: nn.Module | None = None):
+        """`backbone`: a transformers causal LM to use instead of a fresh one (a pretrained checkpoint)."""
+        super().__init__()
+        if len(action_spec.shape) != 1:
+            raise ValueError(f"VLAPolicy needs a flat action spec [A], got {action_spec.shape}")
+        self.config = config
+        self.observation_spec, self.action_spec = dict(observation_spec), action_spec
+        self.action_dim = action_spec.shape[0]
+        self.low, self.high = action_spec.low, action_spec.high
+        if backbone is None:
+            backbone = build_backbone(config, BYTE_OFFSET + 256 + config.n_bins + config.vocab_extra)
+        self.lm = backbone
+        hidden = backbone.config.hidden_size
+        self.layout = TokenLayout(backbone.config.vocab_size, config.n_bins)
+        self.bins = ActionTokenizer(config.n_bins)
+        self.tokens = config.horizon * self.action_dim  # K action tokens per decode
+
+        self.cameras = sorted(k.split("/", 1)[1] for k in observation_spec if k.startswith(keys.IMAGES + "/"))
+        self.vision = self.projector = None
+        if self.cameras:
+            height = observation_spec[f"{keys.IMAGES}/{self.cameras[0]}"].shape[0]
+            self.image_size = config.image_size or height
+            check(self.image_size % config.patch_size == 0,
+                  f"policy.patch_size={config.patch_size} must divide the image side {self.image_size}")
+            self.vision = build_vision(config, self.image_size)
+            # Prismatic/OpenVLA project patch features into the LM with a small MLP
+            self.projector = nn.Sequential(nn.Linear(self.vision.dim, hidden), nn.GELU(), nn.Linear(hidden, hidden))
+        self.state_dim = observation_spec[keys.STATE].shape[0] if keys.STATE in observation_spec else 0
+        self.state_norm = Normalizer(max(self.state_dim, 1))
+        self.state_proj = nn.Sequential(nn.Linear(max(self.state_dim, 1), hidden), nn.GELU(), nn.Linear(hidden, hidden))
+        self.has_language = keys.LANGUAGE in observation_spec
+        offset = scale = None
+        if self.low is not None and self.high is not None:  # until fitted: the spec's box onto [-1, 1]
+            offset = torch.full((self.action_dim,), (self.high + self.low) / 2)
+            scale = torch.full((self.action_dim,), 2.0 / (self.high - self.low))
+        self.action_norm = Normalizer(self.action_dim, offset, scale)
+        self.value_head = nn.Linear(hidden, 1)
+        # dropout off everywhere (GPT-2 and many checkpoints ship with 0.1): act's log-probs must be a
+        # fixed function of the weights for PPO's ratio, as veRL and OpenRLHF zero the actor's dropout
+        for module in self.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = 0.0
+        nn.init.zeros_(self.value_head.weight)  # start at V = 0: the LM's hidden scale says nothing of returns
+        nn.init.zeros_(self.value_head.bias)
+
+    # --- sequence pieces ----------------------------------------------------------------
+    def prefix(self, obs: TensorDict) -> torch.Tensor:
+        """obs [B] -> prefix embeddings [B, P, D]."""
+        embed = self.lm.get_input_embeddings()
+        parts = []
+        for cam in self.cameras:
+            pixels = obs[keys.IMAGES, cam].permute(0, 3, 1, 2).float() / 127.5 - 1.0  # SigLIP's [-1, 1] scaling
+            if pixels.shape[-1] != self.image_size or pixels.shape[-2] != self.image_size:
+                pixels = F.interpolate(pixels, size=(self.image_size, self.image_size), mode="bilinear")
+            parts.append(self.projector(self.vision(pixels)))
+        batch = obs.batch_size[0]
+        if self.state_dim:
+            parts.append(self.state_proj(self.state_norm(obs[keys.STATE])).unsqueeze(1))
+        ids = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=self.value_head.weight.device)
+        if self.has_language:
+            ids = torch.cat([ids, self.layout.text_ids(obs[keys.LANGUAGE])], 1)
+        parts.append(embed(ids))
+        return torch.cat(parts, 1)
+
+    def bin_log_probs(self, logits: torch.Tensor, temperature: float) -> torch.Tensor:
+        """Full-vocabulary logits [..., V] -> log-probs over the action bins [..., n_bins]."""
+        return torch.log_softmax(logits[..., self.layout.first_action:].float() / temperature, -1)
+
+    # --- the Policy contract -------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: TensorDict, deterministic: bool = False) -> ActOutput:
+        ids, token_log_prob, value = self.decode(obs, deterministic)
+        bins = self.layout.action_bins(ids).view(-1, self.config.horizon, self.action_dim)
+        return ActOutput(self.to_env_action(bins[:, 0]), token_log_prob.sum(-1), value,
+                         {"tokens": ids, "token_log_prob": token_log_prob})
+
+    def decode(self, obs: TensorDict, deterministic: bool = False):
+        """(token ids [B, K], their log-probs [B, K], value [B]) decoded token by token."""
+        temperature, embed = self.config.temperature, self.lm.get_input_embeddings()
+        seq = self.prefix(obs)
+        out = self.lm(inputs_embeds=seq, use_cache=self.config.use_cache, output_hidden_states=True, logits_to_keep=1)
+        value = self.value_head(out.hidden_states[-1][:, -1]).squeeze(-1)
+        ids, log_probs = [], []
+        for k in range(self.tokens):
+            log_p = self.bin_log_probs(out.logits[:, -1], temperature)
+            if deterministic:
+                choice = log_p.argmax(-1)
+            else:
+                choice = torch.multinomial(log_p.exp(), 1).squeeze(-1)
+            ids.append(choice + self.layout.first_action)
+            log_probs.append(log_p.gather(-1, choice.unsqueeze(-1)).squeeze(-1))
+            if k == self.tokens - 1:
+                break
+            nxt = embed(ids[-1]).unsqueeze(1)
+            if self.config.use_cache:
+                out = self.lm(inputs_embeds=nxt, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+            else:
+                seq = torch.cat([seq, nxt], 1)
+                out = self.lm(inputs_embeds=seq, use_cache=False, logits_to_keep=1)
+        return torch.stack(ids, 1), torch.stack(log_probs, 1), value
+
+    def token_log_probs(self, obs: TensorDict, ids: torch.Tensor, temperature: float):
+        """Teacher forcing in one pass: (bin log-probs [B, K, n_bins] at each action position, value [B])."""
+        seq = torch.cat([self.prefix(obs), self.lm.get_input_embeddings()(ids[:, :-1])], 1)
+        out = self.lm(inputs_embeds=seq, use_cache=False, output_hidden_states=True, logits_to_keep=ids.shape[1])
+        start = seq.shape[1] - ids.shape[1]  # the last prefix position predicts the first action token
+        value = self.value_head(out.hidden_states[-1][:, start]).squeeze(-1)
+        return self.bin_log_probs(out.logits, temperature), value
+
+    def evaluate(self, obs: TensorDict, action: torch.Tensor, extras: dict[str, Any] | None = None):
+        """Sums over the action tokens of log-prob and entropy, and the value; obs may have any
+        batch shape (e.g. [B, T] episodes for GRPO) and the outputs have that shape."""
+        shape = obs.batch_size
+        obs = obs.reshape(-1)
+        if extras is not None and "tokens" in extras:
+            ids = extras["tokens"].reshape(-1, self.tokens)
+        elif self.config.horizon == 1:
+            ids = self.layout.action_ids(self.bins.tokenize(self.action_norm(action.reshape(-1, self.action_dim))))
+        else:
+            raise ValueError(f"VLAPolicy.evaluate with policy.horizon={self.config.horizon} needs act()'s "
+                             "extras['tokens'] (the Collector stores them under batch['extras'])")
+        log_p, value = self.token_log_probs(obs, ids, self.config.temperature)
+        chosen = log_p.gather(-1, self.layout.action_bins(ids).unsqueeze(-1)).squeeze(-1)
+        entropy = -(log_p.exp() * log_p).sum(-1)
+        return chosen.sum(-1).view(shape), entropy.sum(-1).view(shape), value.view(shape)
+
+    def value(self, obs: TensorDict) -> torch.Tensor:
+        out = self.lm(inputs_embeds=self.prefix(obs), use_cache=False, output_hidden_states=True, logits_to_keep=1)
+        return self.value_head(out.hidden_states[-1][:, -1]).squeeze(-1)
+
+    def bc_loss(self, batch: TensorDict) -> torch.Tensor:
+        """Mean token cross-entropy (at temperature 1) of demo chunks: batch[action] [B, H, A], or
+        [B, A] (a chunk whose first row alone is real); optional batch[mask] [B, H] marks real rows."""
+        chunk, mask = chunk_and_mask(batch, self.config.horizon, self.action_dim)
+        bins = self.bins.tokenize(self.action_norm(chunk)).flatten(1)  # [B, K]
+        log_p, _ = self.token_log_probs(batch[keys.OBS], self.layout.action_ids(bins), 1.0)
+        nll = -log_p.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
+        weight = mask.repeat_interleave(self.action_dim, 1)
+        return (nll * weight).sum() / weight.sum().clamp(min=1)
+
+    # --- helpers ----------------------------------------------------------------------------
+    def to_env_action(self, bins: torch.Tensor) -> torch.Tensor:
+        """Bin indices [B, A] -> the env action [B, A], within the spec's bounds."""
+        action = self.action_norm.inverse(self.bins.detokenize(bins))
+        if self.low is not None or self.high is not None:
+            action = action.clamp(self.low, self.high)
+        return action
+
+    @torch.no_grad()
+    def fit_normalizers(self, dataset: TensorDict) -> None:
+        """Fit the state (mean/std) and action (min/max onto [-1, 1], the bins' range) normalizers."""
+        if self.state_dim:
+            self.state_norm.fit(dataset[keys.OBS, keys.STATE], "mean_std")
+        self.action_norm.fit(dataset[keys.ACTION], "min_max")
+
+    # --- checkpoint directories (policies/vla/pretrained.py) ------------------------------
+    def save_pretrained(self, path) -> None:
+        from policies.vla.pretrained import save_pretrained
+
+        save_pretrained(self, path)
+
+    @classmethod
+    def from_pretrained(cls, path, *args, **kwargs) -> VLAPolicy:
+        from policies.vla.pretrained import load_pretrained
+
+        return load_pretrained(path, *args, **kwargs)
