@@ -1,0 +1,302 @@
+"""Deploy a trained policy on a robot at a fixed rate, logging every command and observation.
+
+    embodied deploy runs/quadrotor_hover/<run> robot=mavlink --dry-run --steps 500
+    embodied deploy <run> robot=sim_arm --episodes 3
+    embodied deploy <run> --export exported/          # TorchScript, ONNX and C (MLP policies)
+
+The policy, the robot (kind `robot` in the registry, or a preset in configs/robot/) and the
+training env meet here, through their contracts. The training env, rebuilt from the
+checkpoint's config with one instance, is the observation model (`TwinAdapter`): each robot
+observation overwrites the env snapshot entries of the same name (position, velocity, ... or
+qpos, qvel) and `set_state` returns the observation exactly as the policy saw it in training;
+stepping the twin with the policy's action keeps the task's own bookkeeping (previous action,
+motor-speed estimate) and, for robots with an `action_key`, integrates the action into the
+setpoint the robot takes (an arm's joint-velocity action -> goal joint positions).
+`--dry-run` swaps the hardware for its simulator: MAVLink -> the MAVLink vehicle simulator on
+UDP loopback, Crazyflie -> the fake Crazyflie on cflib's UDP link, LeRobot arms -> the simulated arm.
+Each episode is appended to an episode store (`embodied.data.store`, zarr) under the log dir.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from embodied import keys, registry
+from embodied.runner import checkpoint
+from embodied.runner.trainer import make_policy
+
+ROBOT_PRESETS = Path(__file__).resolve().parents[2] / "configs" / "robot"
+# what the twin switches off: it must never end or randomize an episode by itself
+_TWIN_OVERRIDES = {"episode_s": 1e6, "max_episode_steps": 10**9, "hold_steps": 10**9 - 1, "max_pos": 1e4,
+                   "max_speed": 1e4, "max_ang_vel": 1e4, "dr_mass": 0.0, "dr_thrust": 0.0, "dr_motor_tau": 0.0}  # fmt: skip
+_DRY_RUN = {"so100": "sim_arm", "so101": "sim_arm", "koch": "sim_arm"}  # LeRobot arms -> the simulated arm
+
+
+@dataclass
+class DeploySettings:
+    robot: str = "sim_arm"  # registry name or configs/robot/<preset>.yaml
+    robot_params: dict[str, Any] = field(default_factory=dict)
+    dry_run: bool = False
+    episodes: int = 1
+    steps: int = 500  # control steps per episode
+    control_hz: float | None = None  # None: the training env's rate (1 / dt)
+    course: list[tuple[float, float, float]] | None = None  # waypoints for a position-error task (drones)
+    reach_radius: float = 0.15  # m: a waypoint counts as reached within this distance
+    carrot: float = 0.4  # m: the target handed to the policy is at most this far ahead (in its training range)
+    log_dir: Path | None = None
+    status: bool = True  # live status on the terminal (rich)
+
+
+def load_robot_spec(name: str, overrides: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A preset in configs/robot/ or a registry name -> (registry name, params). Safety limits left
+    unset keep the robot's defaults (`real_robot.safety.fill_defaults`)."""
+    preset = ROBOT_PRESETS / f"{name}.yaml"
+    spec = yaml.safe_load(preset.read_text()) or {} if preset.exists() else {"name": name}
+    name = spec.pop("name")
+    if name not in registry.names("robot"):
+        presets = sorted(p.stem for p in ROBOT_PRESETS.glob("*.yaml"))
+        raise KeyError(f"unknown robot {name!r}; valid choices: {', '.join(sorted(set(registry.names('robot')) | set(presets)))}")
+    return name, {**spec, **overrides}
+
+
+class TwinAdapter:
+    """Robot observations -> policy observations through the training env (see the module doc)."""
+
+    def __init__(self, env, robot, settings: DeploySettings):
+        from real_robot.robot_env import Adapter  # noqa: F401 (the interface this implements)
+
+        self.env, self.robot, self.settings = env, robot, settings
+        self.observation_spec, self.action_spec = env.observation_spec, env.action_spec
+        env.reset(seed=0)
+        self.snapshot = env.get_state()
+        self.shared = [k for k in robot.observation_spec if k in self.snapshot]
+        if not self.shared:
+            raise ValueError(f"robot {type(robot).__name__} observes {sorted(robot.observation_spec)}, none of which "
+                             f"the env's state has ({sorted(self.snapshot)}): no observation model")  # fmt: skip
+        self.action_key = getattr(robot, "action_key", None)
+        self.waypoint, self.target = 0, None
+
+    @torch.no_grad()
+    def warm_up(self, policy, steps: int = 50) -> None:
+        """Run the twin and the policy a few times before the robot moves: first calls are ~10x slower."""
+        from tensordict import TensorDict
+
+        for _ in range(steps):
+            obs = self.env.set_state(self.env.get_state())
+            self.action(policy.act(TensorDict(dict(obs.items()), [1]), deterministic=True).action[0])
+        self.env.reset(seed=0)
+        self.snapshot = self.env.get_state()
+
+    def reset(self, robot_obs: dict[str, Any]) -> None:
+        self.env.reset(seed=0)
+        self.snapshot = self.env.get_state()
+        self.waypoint = 0
+
+    def observe(self, robot_obs: dict[str, Any]) -> dict[str, torch.Tensor]:
+        s = self.snapshot
+        for k in self.shared:
+            s[k][0] = torch.as_tensor(np.asarray(robot_obs[k])).to(s[k].dtype).reshape(s[k][0].shape)
+        if self.settings.course and "position" in robot_obs and "target" in s:
+            s["target"][0] = torch.as_tensor(self._course_target(np.asarray(robot_obs["position"], np.float64)))
+        obs = self.env.set_state(s)
+        return {k: v[0] for k, v in obs.items()}
+
+    def _course_target(self, position: np.ndarray) -> np.ndarray:
+        course = self.settings.course
+        waypoint = np.asarray(course[self.waypoint])
+        if np.linalg.norm(position - waypoint) < self.settings.reach_radius and self.waypoint < len(course) - 1:
+            self.waypoint += 1
+            waypoint = np.asarray(course[self.waypoint])
+        offset = waypoint - position
+        distance = float(np.linalg.norm(offset))
+        self.target = waypoint if distance <= self.settings.carrot else position + offset * self.settings.carrot / distance
+        return self.target.astype(np.float32)
+
+    def action(self, action: torch.Tensor) -> np.ndarray:
+        self.env.step(action.unsqueeze(0))
+        self.snapshot = self.env.get_state()
+        if self.action_key is not None:
+            return self.snapshot[self.action_key][0].numpy().astype(np.float64)
+        return action.detach().numpy().astype(np.float64)
+
+    def sent(self, command: np.ndarray | None) -> None:
+        pass
+
+    def reward(self, robot_obs: dict[str, Any]) -> tuple[float, bool]:
+        return 0.0, False
+
+    def position_error(self, robot_obs: dict[str, Any]) -> float | None:
+        """Distance to the current waypoint (course) or to the task's target, m."""
+        if "position" not in robot_obs:
+            return None
+        goal = np.asarray(self.settings.course[self.waypoint]) if self.settings.course else self.snapshot["target"][0].numpy()
+        return float(np.linalg.norm(np.asarray(robot_obs["position"]) - goal))
+
+
+def build_robot(settings: DeploySettings, stack: ExitStack):
+    """The robot to fly; with dry_run, its simulator is started (and stopped by `stack`)."""
+    name, params = load_robot_spec(settings.robot, settings.robot_params)
+    if settings.dry_run:
+        if name in _DRY_RUN:
+            name, params = _DRY_RUN[name], {}
+        elif name == "mavlink":
+            from real_robot.sim.mavlink_vehicle import MavlinkVehicleConfig, MavlinkVehicleProcess
+
+            vehicle = stack.enter_context(MavlinkVehicleProcess(MavlinkVehicleConfig()))
+            params = {**params, "url": f"udpout:127.0.0.1:{vehicle.port}"}
+        elif name == "crazyflie":
+            from real_robot.sim.fake_crazyflie import FakeCrazyflie
+
+            fake = stack.enter_context(FakeCrazyflie())
+            params = {**params, "uri": fake.uri}
+    return registry.build("robot", name, params)
+
+
+def deploy(path: Path, settings: DeploySettings) -> list[dict[str, float]]:
+    """Run the policy at `path` on the robot; returns per-episode summaries."""
+    from real_robot.robot_env import RobotEnv, RobotEnvConfig
+
+    ckpt = checkpoint.find_checkpoint(path)
+    config = checkpoint.load_config(ckpt)
+    torch.set_num_threads(1)
+    # a thread waiting for the GIL waits up to the switch interval (5 ms by default): half a 100 Hz period
+    sys.setswitchinterval(0.0005)
+    env_params = {k: v for k, v in config["env"].items() if k != "name"}
+    fields = registry.resolve("env", config["env"]["name"]).Config.__dataclass_fields__
+    twin_env = registry.build("env", config["env"]["name"],
+                              {**env_params, **{k: v for k, v in _TWIN_OVERRIDES.items() if k in fields}}, num_envs=1)  # fmt: skip
+    policy = make_policy(config, twin_env)
+    policy.load_state_dict(checkpoint.load_model(ckpt, twin_env.device))
+    policy.eval()
+    dt = getattr(twin_env.config, "dt", None) or getattr(twin_env.config, "control_dt", None)
+    hz = settings.control_hz or (1.0 / dt if dt else 50.0)
+    summaries = []
+    with ExitStack() as stack:
+        robot = build_robot(settings, stack)
+        adapter = TwinAdapter(twin_env, robot, settings)
+        adapter.warm_up(policy)
+        env = RobotEnv(robot, RobotEnvConfig(control_hz=hz, max_episode_steps=settings.steps), adapter)
+        stack.callback(env.close)
+        store = _open_store(settings.log_dir)
+        for episode in range(settings.episodes):
+            if summaries and not summaries[-1]["failsafe"] and robot.failsafe_reason:
+                robot.clear_failsafe()  # the watchdog held the robot during our own pause between episodes
+            summaries.append(_run_episode(env, adapter, policy, settings, episode, store))
+        if store is not None:
+            store.close()
+    return summaries
+
+
+def _open_store(log_dir: Path | None):
+    if log_dir is None:
+        return None
+    from embodied.data.store import EpisodeStore
+
+    Path(log_dir).mkdir(parents=True, exist_ok=True)
+    return EpisodeStore(Path(log_dir) / "episodes.zarr", mode="a")
+
+
+@torch.no_grad()
+def _run_episode(env, adapter: TwinAdapter, policy, settings: DeploySettings, episode: int, store) -> dict[str, float]:
+    obs = env.reset()
+    rows: dict[str, list] = {}
+    errors: list[float] = []
+    status = _Status(settings.status, env, episode)
+    pending: list[dict] = []  # the step to log once its command is out (logging stays off the command path)
+
+    def log_step() -> None:
+        row = pending.pop()
+        sent = env.last_sent
+        row["sent"] = np.full(env.robot.action_spec.shape, np.nan) if sent is None else sent
+        row["waypoint"] = adapter.waypoint
+        _append(rows, row)
+        error = adapter.position_error(row["robot_obs"])
+        if error is not None:
+            errors.append(error)
+        status.update(len(rows["time"]) - 1, error, adapter)
+
+    env.after_send = log_step
+    for step in range(settings.steps):
+        action = policy.act(obs, deterministic=True).action
+        robot_obs = env.robot_obs
+        pending.append({"time": robot_obs["timestamp"], f"{keys.OBS}/{keys.STATE}": obs[keys.STATE][0].numpy(),
+                        keys.ACTION: action[0].numpy(), "robot_obs": robot_obs})  # fmt: skip
+        obs, _, terminated, truncated, info = env.step(action)
+        if bool(terminated[0]) or bool(truncated[0]):
+            break
+    failsafe = env.robot.failsafe_reason or ""  # now: once commands stop, the watchdog will hold the robot
+    violations = dict(env.robot.safety.counts)
+    env.after_send = None
+    status.close()
+    summary = {"episode": episode, "steps": step + 1, **env.timing(),
+               "failsafe": failsafe, "violations": violations}  # fmt: skip
+    if errors:
+        tail = errors[len(errors) // 2 :]  # the settled half of the flight
+        summary.update(position_error_final=errors[-1], position_error_mean_settled=float(np.mean(tail)),
+                       waypoints_reached=int(rows["waypoint"][-1]) + (errors[-1] < settings.reach_radius))  # fmt: skip
+    if store is not None:
+        robot_keys = list(env.robot.observation_spec)
+        for r in rows.pop("robot_obs"):
+            _append(rows, {f"robot/{k}": np.asarray(r[k], np.float32) for k in robot_keys})
+        store.append_episode({k: np.stack(v) for k, v in rows.items()})
+    return summary
+
+
+def _append(rows: dict[str, list], row: dict[str, Any]) -> None:
+    for k, v in row.items():
+        rows.setdefault(k, []).append(v if k == "robot_obs" else np.asarray(v))
+
+
+class _Status:
+    """A live one-line status (rich), refreshed at 4 Hz so it does not disturb the control loop."""
+
+    def __init__(self, enabled: bool, env, episode: int):
+        self.env, self.episode, self.live, self.next = env, episode, None, 0.0
+        if enabled:
+            from rich.live import Live
+
+            self.live = Live("", refresh_per_second=4, transient=False)
+            self.live.start()
+
+    def update(self, step: int, error: float | None, adapter: TwinAdapter) -> None:
+        now = time.monotonic()
+        if self.live is None or now < self.next:
+            return
+        self.next = now + 0.25
+        t = self.env.timing()
+        robot = self.env.robot
+        text = (f"episode {self.episode} step {step}  {t.get('achieved_hz', 0):.1f} Hz  "
+                f"jitter p99 {t.get('jitter_p99_ms', 0):.2f} ms  latency p50 {t.get('latency_p50_ms', 0):.2f} ms")  # fmt: skip
+        if error is not None:
+            text += f"  position error {error:.3f} m  waypoint {adapter.waypoint}"
+        text += f"  violations {sum(robot.safety.counts.values())}" + (f"  FAILSAFE: {robot.failsafe_reason}" if robot.failsafe_reason else "")
+        self.live.update(text)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+def export(path: Path, out_dir: Path) -> dict[str, Path]:
+    """TorchScript, ONNX and C files of the policy at `path` (an MLP policy)."""
+    from real_robot.export import Controller, export_c, export_onnx, export_torchscript
+
+    ckpt = checkpoint.find_checkpoint(path)
+    config = checkpoint.load_config(ckpt)
+    env = registry.build("env", config["env"]["name"], {k: v for k, v in config["env"].items() if k != "name"}, num_envs=1)
+    policy = make_policy(config, env)
+    policy.load_state_dict(checkpoint.load_model(ckpt, env.device))
+    controller = Controller.from_policy(policy)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return {"torchscript": export_torchscript(controller, out_dir / "policy.pt"),
+            "onnx": export_onnx(controller, out_dir / "policy.onnx"), "c": export_c(controller, out_dir / "policy.c")}  # fmt: skip

@@ -1,0 +1,112 @@
+"""LeRobot follower arms (SO-100, SO-101, Koch) behind the robot interface and its safety layer.
+
+Written to LeRobot 0.4's robot API (lerobot/robots/<name>_follower/): `SO101Follower(SO101FollowerConfig(
+port=..., id=..., use_degrees=True))`, `connect(calibrate)`, `get_observation()` -> {"<motor>.pos": float,
+"<camera>": HxWx3 uint8}, `send_action({"<motor>.pos": goal})` -> the goal actually written, `disconnect()`.
+Motors: shoulder_pan, shoulder_lift, elbow_flex, wrist_flex, wrist_roll (degrees with use_degrees=True)
+and gripper (0-100). Here commands and observations are `qpos` [6]: the five body joints in rad and the
+gripper opening as a fraction in [0, 1]. LeRobot's own `max_relative_target` is left off: our safety
+layer applies the step limit (relative to the present position, as LeRobot does) and everything else.
+LeRobot cannot share this venv's torch (shared/ENVIRONMENT.md); it is imported on `connect`, so the
+class is registered and configurable everywhere and fails with one clear message where it is absent.
+The workspace check is off by default: LeRobot's calibrated zero pose is not the simulated arm's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from embodied.specs import Spec
+from real_robot.robot import Robot, RobotConfig, RobotError
+from real_robot.safety import SafetyConfig, fill_defaults
+
+MOTORS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+_JOINT_LIMIT = math.radians(150)  # rad; STS3215 / XL430 cover 360 deg, a calibrated SO-101 joint ~+-150 deg or less
+
+
+def _lerobot_safety() -> SafetyConfig:
+    return SafetyConfig(
+        low=(-_JOINT_LIMIT,) * 5 + (0.0,), high=(_JOINT_LIMIT,) * 5 + (1.0,),
+        max_step=0.2,  # rad (and gripper fraction) per command from the present position
+        max_velocity=3.0,  # rad/s of command change; the STS3215's no-load speed is 4.8 rad/s (Feetech datasheet)
+        max_command_age=0.1,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LeRobotArmConfig(RobotConfig):
+    """A LeRobot follower arm on a serial port."""
+
+    control_hz: float = 30.0  # LeRobot records at 30 fps by default
+    safety: SafetyConfig = field(default_factory=SafetyConfig)  # unset limits: _lerobot_safety()
+    port: str = "/dev/ttyACM0"  # the arm's USB serial port
+    id: str = "follower"  # LeRobot's calibration id (its calibration file is named after it)
+    calibrate: bool = False  # run LeRobot's interactive calibration on connect when uncalibrated
+
+    def __post_init__(self):
+        super().__post_init__()
+        object.__setattr__(self, "safety", fill_defaults(self.safety, _lerobot_safety()))
+
+
+class LeRobotArm(Robot):
+    Config = LeRobotArmConfig
+    lerobot_module = ""  # e.g. "lerobot.robots.so101_follower"
+    lerobot_class = ""  # e.g. "SO101Follower"
+    action_key = "qpos"
+    observation_spec = {"qpos": Spec((6,))}
+    action_spec = Spec((6,), torch.float32)
+
+    def __init__(self, config: LeRobotArmConfig = LeRobotArmConfig()):
+        super().__init__(config)
+        self.arm = None
+
+    def _connect(self) -> None:
+        try:
+            module = importlib.import_module(self.lerobot_module)
+        except ImportError as err:
+            raise RobotError(f"{type(self).__name__} needs LeRobot ({self.lerobot_module}), which is not importable "
+                             f"here ({err}); LeRobot 0.4.4 needs its own environment, see shared/ENVIRONMENT.md") from err  # fmt: skip
+        cls = getattr(module, self.lerobot_class)
+        config_cls = getattr(module, self.lerobot_class + "Config")
+        self.arm = cls(config_cls(port=self.config.port, id=self.config.id, use_degrees=True))
+        self.arm.connect(calibrate=self.config.calibrate)
+        self._read()
+
+    def _read(self) -> dict[str, Any]:
+        raw = self.arm.get_observation()
+        qpos = np.array([math.radians(raw[f"{m}.pos"]) for m in MOTORS[:5]] + [raw["gripper.pos"] / 100.0])
+        self._measured = qpos
+        obs = {"qpos": qpos.astype(np.float32)}
+        obs.update({f"images/{k}": v for k, v in raw.items() if not k.endswith(".pos")})
+        return obs
+
+    def _write(self, command: np.ndarray) -> None:
+        goal = {f"{m}.pos": math.degrees(float(q)) for m, q in zip(MOTORS[:5], command[:5])}
+        goal["gripper.pos"] = 100.0 * float(command[5])
+        self.arm.send_action(goal)
+
+    def _failsafe(self, reason: str) -> None:
+        self._write(self._read()["qpos"].astype(np.float64))  # hold the present position
+
+    def _disconnect(self) -> None:
+        if self.arm is not None:
+            self.arm.disconnect()
+            self.arm = None
+
+
+class SO100Arm(LeRobotArm):
+    lerobot_module, lerobot_class = "lerobot.robots.so100_follower", "SO100Follower"
+
+
+class SO101Arm(LeRobotArm):
+    lerobot_module, lerobot_class = "lerobot.robots.so101_follower", "SO101Follower"
+
+
+class KochArm(LeRobotArm):
+    lerobot_module, lerobot_class = "lerobot.robots.koch_follower", "KochFollower"

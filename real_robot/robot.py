@@ -1,0 +1,176 @@
+"""The robot interface: four verbs, and the safety layer between them and the hardware.
+
+    robot = registry.build("robot", "sim_arm", {"control_hz": 50})
+    robot.connect()
+    obs = robot.get_observation()          # dict of numpy arrays + "timestamp" (time.monotonic())
+    sent = robot.send_action(action, stamp=obs["timestamp"])   # the command actually written (or in effect)
+    robot.disconnect()
+
+`connect`, `get_observation`, `send_action` and `disconnect` are implemented here, once, and
+may not be overridden: a driver implements only the private hooks `_connect`, `_read`,
+`_write`, `_failsafe` and `_disconnect`, and `_write` is only ever called with a command that
+the `SafetyLayer` passed. So no driver has a path to its hardware around the safety layer.
+(As LeRobot's `Robot`, `send_action` returns what was sent, after clipping.)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from embodied.config import check
+from embodied.specs import Spec
+from real_robot import safety as sf
+from real_robot.safety import SafetyConfig, SafetyLayer, Watchdog
+
+_FINAL = ("connect", "get_observation", "send_action", "disconnect", "emergency_stop")
+
+
+@dataclass(frozen=True)
+class RobotConfig:
+    """Settings every robot has; a driver's Config adds its own."""
+
+    control_hz: float = 50.0  # the rate commands are expected at; the watchdog counts in these periods
+    safety: SafetyConfig = field(default_factory=SafetyConfig)  # command limits (see real_robot.safety)
+
+    def __post_init__(self):
+        check(0 < self.control_hz <= 2000, f"control_hz={self.control_hz} must be in (0, 2000]")
+
+
+class RobotError(RuntimeError):
+    pass
+
+
+class Robot:
+    """Base class of every driver (real or simulated hardware)."""
+
+    Config = RobotConfig
+    simulated: bool = False  # True: the hardware is a simulator (dry runs)
+    observation_spec: dict[str, Spec]  # per-observation spec, no batch dimension
+    action_spec: Spec  # the command a driver writes
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        overridden = [name for name in _FINAL if name in cls.__dict__]
+        if overridden:
+            raise TypeError(f"{cls.__name__} overrides {overridden}: drivers implement _connect/_read/_write/"
+                            "_failsafe/_disconnect, so that every command passes the safety layer")  # fmt: skip
+
+    def __init__(self, config: RobotConfig, forward_kinematics=None):
+        self.config = config
+        self.period = 1.0 / config.control_hz
+        self.safety = SafetyLayer(config.safety, self.action_spec.shape, forward_kinematics)
+        self.connected = False
+        self.failsafe_reason: str | None = None
+        self._watchdog: Watchdog | None = None
+        self._io = threading.RLock()  # the watchdog thread and the control loop share the driver
+        self._measured: np.ndarray | None = None  # present state the step limit refers to (arms)
+
+    # ---- the four verbs ---------------------------------------------------------------------
+    def connect(self) -> None:
+        if self.connected:
+            raise RobotError(f"{type(self).__name__} is already connected")
+        self._connect()
+        self.connected = True
+        self.failsafe_reason = None
+        timeout = self.config.safety.watchdog_periods * self.period
+        self._watchdog = Watchdog(timeout, lambda: self.safety.last_time, lambda why: self.failsafe(why, sf.WATCHDOG))
+        self._watchdog.start()
+
+    def get_observation(self) -> dict[str, Any]:
+        self._require_connected()
+        with self._io:
+            obs = self._read()
+        obs["timestamp"] = time.monotonic()
+        reason = self.safety.monitor(obs.get("position"), obs.get("velocity"))
+        if reason is not None:
+            self.failsafe(reason)
+        if obs.get("link_lost"):
+            self.failsafe("link lost: no telemetry", sf.LINK)
+        return obs
+
+    def send_action(self, action, stamp: float | None = None) -> np.ndarray | None:
+        """Filter `action` through the safety layer and write what passes. Returns the command written,
+        or, when this one was rejected, None (the hardware keeps executing the previous command / failsafe)."""
+        self._require_connected()
+        decision = self.safety.filter(action, time.monotonic(), stamp, self._measured)
+        if decision.command is None:
+            return None
+        with self._io:
+            if self.safety.latched is not None:  # the watchdog fired between filter and write
+                return None
+            self._write(decision.command.astype(np.float32).reshape(self.action_spec.shape))
+        return decision.command.astype(np.float32)
+
+    def disconnect(self) -> None:
+        if not self.connected:
+            return
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        with self._io:
+            self._disconnect()
+        self.connected = False
+
+    def emergency_stop(self) -> None:
+        """Latch the safety layer and stop the hardware now (arms: hold; drones: motors off)."""
+        self.safety.violation(sf.ESTOP, "emergency stop")
+        self.safety.latch("emergency stop")
+        with self._io:
+            self.failsafe_reason = "emergency stop"  # the watchdog must not follow up with a landing
+            self._estop()
+
+    def failsafe(self, reason: str, kind: str = "failsafe") -> None:
+        """Block commands and bring the hardware to its safe state (arms hold, drones land); idempotent."""
+        with self._io:
+            if self.failsafe_reason is not None or not self.connected:
+                return
+            self.safety.violation(kind, reason)
+            self.safety.latch(reason)
+            self.failsafe_reason = reason
+            self._failsafe(reason)
+
+    def clear_failsafe(self) -> None:
+        """Operator acknowledgement: accept commands again."""
+        self.failsafe_reason = None
+        self.safety.clear()
+        self._clear()
+
+    def _require_connected(self) -> None:
+        if not self.connected:
+            raise RobotError(f"{type(self).__name__} is not connected; call connect() first")
+
+    # ---- driver hooks -----------------------------------------------------------------------
+    def _connect(self) -> None:
+        raise NotImplementedError
+
+    def _read(self) -> dict[str, Any]:
+        """The present observation: numpy arrays keyed like observation_spec."""
+        raise NotImplementedError
+
+    def _write(self, command: np.ndarray) -> None:
+        """Write a command that passed the safety layer."""
+        raise NotImplementedError
+
+    def _failsafe(self, reason: str) -> None:
+        """Bring the hardware to its safe state (arms: hold position; drones: land)."""
+        raise NotImplementedError
+
+    def _estop(self) -> None:
+        self._failsafe("emergency stop")
+
+    def _clear(self) -> None:
+        """After `clear_failsafe`: leave the failsafe state if the hardware needs telling."""
+
+    def _disconnect(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Robot:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.disconnect()

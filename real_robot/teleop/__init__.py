@@ -1,0 +1,4 @@
+"""Teleoperation devices: keyboard, gamepad and SpaceMouse (hidapi), and a scripted operator.
+
+Built by name from `embodied.registry` (kind `teleop`); nothing here is imported eagerly.
+"""

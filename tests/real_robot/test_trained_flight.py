@@ -1,0 +1,47 @@
+"""Slow: a hover policy trained in the torch sim flies a hover and a waypoint course through the MAVLink
+driver against the MAVLink vehicle simulator, end to end over UDP at 100 Hz."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from embodied.runner.deploy import DeploySettings, deploy
+
+ROOT = Path(__file__).resolve().parents[2]
+COURSE = [(0.5, 0.0, 0.0), (0.5, 0.5, 0.3), (0.0, 0.5, 0.0), (0.0, 0.0, 0.0)]  # m, a 0.5 m square with a climb
+# The watchdog is tested on its own (test_mavlink, test_sim_arm); here a lax one keeps a shared machine's
+# occasional 20-30 ms thread stalls from landing the drone mid-course (RESULTS.md counts them at 100 Hz).
+LAX = {"safety": {"watchdog_periods": 10}}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("hover") / "run"
+    out = subprocess.run([sys.executable, "-m", "embodied.cli", "train", "experiment=quadrotor_hover",
+                          "train.eval_episodes=200", "train.progress=false", f"hydra.run.dir={run}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=1200)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return run
+
+
+@pytest.mark.slow
+def test_trained_policy_hovers_over_mavlink(trained):
+    settings = DeploySettings(robot="mavlink_sitl", dry_run=True, steps=400, status=False, course=[(0.4, -0.3, 0.2)],
+                              robot_params=LAX)  # fmt: skip
+    [s] = deploy(trained, settings)
+    print(s)
+    assert s["failsafe"] == "" and s["steps"] == 400
+    assert s["position_error_mean_settled"] < 0.15  # the sim's success radius is 0.1 m
+    assert s["achieved_hz"] > 90
+
+
+@pytest.mark.slow
+def test_trained_policy_flies_a_waypoint_course_over_mavlink(trained):
+    settings = DeploySettings(robot="mavlink_sitl", dry_run=True, steps=1200, status=False, course=COURSE,
+                              robot_params=LAX)  # fmt: skip
+    [s] = deploy(trained, settings)
+    print(s)
+    assert s["failsafe"] == "" and s["waypoints_reached"] == len(COURSE)
+    assert s["position_error_final"] < 0.15
