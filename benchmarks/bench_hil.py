@@ -1,0 +1,109 @@
+"""RLPD with vs without scripted-operator interventions on arm_reach: env steps to a success threshold.
+
+    .venv/bin/python benchmarks/bench_hil.py --seeds 0 1 2 --max-steps 60000 --threshold 0.8
+
+Both runs of a seed share everything (policy and critic sizes, RLPD settings, eval episodes) and run
+interleaved in this process; "hil" adds the scripted operator of embodied/hil/operators.py (the
+arm_reach scripted expert taking over under the DriftRule), whose rows are flagged
+`is_intervention` and copied into the demonstration buffer that RLPD samples 50/50 with the online
+one (HIL-SERL's recipe). Operator steps count as env steps. Evaluation: deterministic policy alone
+(no operator), `--eval-episodes` episodes every `--eval-every` env steps. Prints per-seed steps to
+threshold and the median ratio (without / with).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from embodied import registry
+from embodied.hil.intervention import InterventionActor
+from embodied.hil.learner import Learner, LearnerConfig
+from embodied.hil.operators import scripted_operator
+from embodied.runner.evaluate import evaluate
+from embodied.runner.offpolicy import UniformPolicy
+from real_robot.teleop.scripted import ScriptedOperator, ScriptedOperatorConfig
+
+
+class _NoOperator(ScriptedOperator):
+    def __init__(self, action_dim: int):
+        super().__init__(ScriptedOperatorConfig(action_dim=action_dim), expert=lambda obs: None,
+                         rule=lambda obs: torch.zeros(obs.batch_size[0], dtype=torch.bool))  # fmt: skip
+
+
+def run(seed: int, hil: bool, args) -> dict:
+    torch.manual_seed(seed)
+    env = registry.build("env", "arm_reach", {}, num_envs=args.num_envs)
+    eval_env = registry.build("env", "arm_reach", {}, num_envs=args.eval_episodes)
+    hidden = (args.hidden, args.hidden)
+    policy = registry.build("policy", "sac_mlp", {"actor_hidden": hidden, "critic_hidden": hidden, "num_critics": 10,
+                                                  "layer_norm": True}, observation_spec=env.observation_spec,
+                            action_spec=env.action_spec)  # fmt: skip
+    algo = registry.build("algo", "rlpd", {"batch_size": args.batch_size, "utd_ratio": args.utd}, policy=policy)
+    learner = Learner(policy, algo, LearnerConfig(min_buffer=args.batch_size, buffer_capacity=200_000,
+                                                  max_updates_per_call=10**9), seed=seed)  # fmt: skip
+    operator = (scripted_operator(env, "arm_reach", ScriptedOperatorConfig(action_dim=4, min_steps=10, max_per_episode=2))
+                if hil else _NoOperator(4))  # fmt: skip
+    random_policy = UniformPolicy(-1.0, 1.0, (4,), env.device)
+    actor = InterventionActor(env, policy, operator)
+    actor.reset(seed=seed)
+    steps, curve, start, human = 0, [], time.perf_counter(), 0
+    while steps < args.max_steps:
+        actor.policy = random_policy if steps < args.random_steps else policy
+        row, _ = actor.step()
+        human += int(row["is_intervention"].sum())
+        learner.add(row)
+        learner.train()
+        steps += args.num_envs
+        if steps % args.eval_every < args.num_envs:
+            success = evaluate(policy, eval_env, seed=seed + 1_000_003)["success"]
+            curve.append((steps, round(success, 3)))
+            print(f"  seed {seed} {'hil ' if hil else 'rlpd'} {steps:>7} steps  success {success:.2f}  "
+                  f"operator steps {human}  {time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
+            if success >= args.threshold:
+                break
+    reached = curve[-1][0] if curve and curve[-1][1] >= args.threshold else None
+    return {"reached": reached, "curve": curve, "operator_steps": human, "seconds": time.perf_counter() - start}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--max-steps", type=int, default=60_000)
+    parser.add_argument("--threshold", type=float, default=0.8)
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--eval-every", type=int, default=2_000)
+    parser.add_argument("--eval-episodes", type=int, default=100)
+    parser.add_argument("--random-steps", type=int, default=2_000)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--utd", type=float, default=1.0, help="RLPD uses 20; 1 keeps a CPU run affordable")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    results = {}
+    for seed in args.seeds:  # interleaved: both conditions of a seed back to back
+        for hil in (False, True):
+            results[(seed, hil)] = run(seed, hil, args)
+    print("\n| seed | RLPD steps to threshold | RLPD + interventions | operator steps | ratio | final success RLPD / + interventions |")
+    print("|---|---|---|---|---|---|")
+    ratios = []
+    for seed in args.seeds:
+        base, hil = results[(seed, False)], results[(seed, True)]
+        b = base["reached"] or float("inf")
+        h = hil["reached"] or float("inf")
+        ratio = b / h if h != float("inf") else float("nan")
+        ratios.append(ratio)
+        fmt = lambda r: f"{r:,}" if r else f"> {args.max_steps:,}"  # noqa: E731
+        last = f"{base['curve'][-1][1]:.2f} / {hil['curve'][-1][1]:.2f}" if base["curve"] and hil["curve"] else "-"
+        print(f"| {seed} | {fmt(base['reached'])} | {fmt(hil['reached'])} | {hil['operator_steps']:,} | {ratio:.2f}x | {last} |")
+    finite = [r for r in ratios if r == r]
+    if finite:
+        print(f"median ratio {statistics.median(finite):.2f}x (min {min(finite):.2f}x, max {max(finite):.2f}x); "
+              "a ratio with an unreached baseline is a lower bound")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

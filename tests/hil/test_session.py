@@ -1,0 +1,145 @@
+"""`embodied correct` end to end: a keyboard session in a pseudo-terminal, a scripted session in the sim."""
+
+import os
+import pty
+import select
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from embodied import keys, registry
+from embodied.data.store import EpisodeStore
+from embodied.runner import checkpoint
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    """A small SAC policy checkpoint for arm_reach (untrained: the operator does the work)."""
+    config = {"name": "hil_test", "device": "cpu", "threads": 1, "env": {"name": "arm_reach"},
+              "policy": {"name": "sac_mlp", "actor_hidden": [32], "critic_hidden": [32]},
+              "algo": {"name": "sac", "batch_size": 16}}  # fmt: skip
+    env = registry.build("env", "arm_reach", {}, num_envs=1)
+    policy = registry.build("policy", "sac_mlp", {"actor_hidden": (32,), "critic_hidden": (32,)},
+                            observation_spec=env.observation_spec, action_spec=env.action_spec)  # fmt: skip
+    path = tmp_path_factory.mktemp("run") / "ckpt"
+    checkpoint.save_checkpoint(path, policy.state_dict(), {}, config)
+    return path
+
+
+def _read_until(fd: int, needle: bytes, out: bytearray, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while needle not in out and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.05)[0]:
+            try:
+                out += os.read(fd, 65536)
+            except OSError:  # the child closed the terminal
+                return needle in out
+    return needle in out
+
+
+def test_keyboard_session_in_a_pseudo_terminal(ckpt, tmp_path):
+    store = tmp_path / "session"
+    argv = ["embodied", "correct", str(ckpt), "robot=sim_arm", "robot.control_hz=10", "robot.physics_hz=20",
+            "teleop=keyboard", "--hz", "10", "--episodes", "2", "--steps", "200", "--rewind-steps", "3", "--store", str(store)]  # fmt: skip
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI in a real terminal (forked, so it skips the interpreter start-up)
+        code = 1
+        try:
+            from embodied.cli import main
+
+            # pytest captured the standard streams; the child talks to its terminal, fds 0-2
+            sys.stdin = os.fdopen(0, "r", closefd=False)
+            sys.stdout = os.fdopen(1, "w", closefd=False)
+            sys.stderr = os.fdopen(2, "w", closefd=False)
+            sys.argv = argv
+            main()
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        finally:
+            os._exit(code)
+    out = bytearray()
+    try:
+        assert _read_until(fd, b"episode 0 step", out, 60), out.decode(errors="replace")
+        os.write(fd, b"a")  # joint 0 plus: takes over
+        time.sleep(0.5)
+        os.write(fd, b"b")  # rewind 3 steps (the arm drives back through the safety layer) ...
+        time.sleep(0.6)
+        os.write(fd, b"a")  # ... and correct from there
+        time.sleep(0.3)
+        os.write(fd, b" ")  # let go
+        time.sleep(0.4)
+        os.write(fd, b"y")  # success: ends episode 0
+        assert _read_until(fd, b"episode 1 step", out, 30), out.decode(errors="replace")
+        time.sleep(0.3)
+        os.write(fd, b"n")  # failure: ends episode 1 and the session
+        _read_until(fd, b"episodes written to", out, 30)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, out.decode(errors="replace")
+    reader = EpisodeStore(store / "episodes.zarr")
+    assert reader.num_episodes == 2
+    first, second = reader.episode(0), reader.episode(1)
+    assert first["label"].unique().tolist() == [1] and second["label"].unique().tolist() == [0]
+    human = first[keys.IS_INTERVENTION]
+    assert human.dtype == torch.bool and 2 <= int(human.sum()) < len(human)
+    # while the operator held the key, the executed action is the keyboard's, not the policy's
+    assert bool((first[keys.ACTION][human][:, 0] == 1.0).any())
+    assert not torch.equal(first[keys.ACTION][human], first["policy_action"][human])
+    assert not bool(second[keys.IS_INTERVENTION].any())
+    assert 1 <= int(first["rewound"].sum()) <= 3  # the abandoned rows are kept, marked
+    correction = first["correction"]
+    assert bool(correction.any()) and bool(human[correction].all())  # operator rows after the rewind
+    assert float(first[keys.REWARD][-1]) == 1.0 and bool(first[keys.TERMINATED][-1])
+    assert float(second[keys.REWARD][-1]) == 0.0 and bool(second[keys.TERMINATED][-1])
+
+
+def test_scripted_session_in_the_sim_records_intervention_flags(ckpt, tmp_path):
+    from embodied.cli import correct_cmd
+
+    store = tmp_path / "scripted"
+    code = correct_cmd([str(ckpt), "robot=sim", "teleop=scripted", "--episodes", "2", "--steps", "60",
+                        "--store", str(store), "--no-status"])  # fmt: skip
+    assert code == 0
+    reader = EpisodeStore(store / "episodes.zarr")
+    assert reader.num_episodes == 2
+    flags = np.concatenate([reader.episode(i)[keys.IS_INTERVENTION].numpy() for i in range(2)])
+    assert 0 < flags.mean() < 1
+    assert "rewound" in reader.keys and "correction" in reader.keys
+
+
+def test_bad_overrides_name_the_valid_ones(ckpt, capsys):
+    from embodied.cli import correct_cmd
+
+    assert correct_cmd([str(ckpt), "robt=sim"]) == 1
+    assert "valid: robot=<name>" in capsys.readouterr().err
+    assert correct_cmd([str(ckpt), "robot=sim", "teleop=joystick", "--no-status"]) == 1
+    assert "valid choices: gamepad, keyboard, scripted, spacemouse" in capsys.readouterr().err
+
+
+def test_lost_learner_holds_the_arm(ckpt, tmp_path):
+    """No learner answers at the address: with on_learner_lost=hold the actor commands zero motion."""
+    import socket
+
+    from embodied.cli import correct_cmd
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    leader, follower = pty.openpty()
+    try:
+        code = correct_cmd([str(ckpt), "robot=sim_arm", "robot.control_hz=10", "robot.physics_hz=20",
+                            f"teleop.fd={follower}", "--hz", "10", "--steps", "12", "--no-status",
+                            "--learner", f"tcp://127.0.0.1:{port}", "--on-learner-lost", "hold",
+                            "--store", str(tmp_path / "hold")])  # fmt: skip
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert code == 0
+    episode = EpisodeStore(tmp_path / "hold" / "episodes.zarr").episode(0)
+    assert torch.all(episode[keys.ACTION] == 0)  # held still the whole time
+    qpos = episode[keys.OBS][keys.STATE][:, :4]
+    assert float((qpos - qpos[0]).abs().max()) < 1e-3
