@@ -3,6 +3,9 @@
     embodied train experiment=quadrotor_hover [key=value ...]   # Hydra overrides; -m sweeps
     embodied train resume=<run dir>                             # continue an interrupted run
     embodied eval <run dir or checkpoint> [--episodes N]
+    embodied deploy <run dir or checkpoint> robot=<name> [robot.key=value ...] [--dry-run] [--export DIR]
+    embodied correct <run or checkpoint> robot=<name> teleop=<device> [--episodes N] [--store DIR]
+                                                                # human-in-the-loop corrections
     embodied list                                               # registered envs, policies, algorithms
 """
 
@@ -79,7 +82,7 @@ def _train_task(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from embodied.runner.trainer import Trainer
+    from embodied.runner.trainer import trainer_class
 
     from embodied.algorithms.losses import NonFiniteLossError
     from embodied.config import ConfigError
@@ -88,10 +91,10 @@ def _train_task(cfg) -> float | None:
     config = OmegaConf.to_container(cfg, resolve=True)
     try:
         if config.get("resume"):
-            trainer = Trainer.resume(config["resume"])
+            trainer = trainer_class(config["resume"]).resume(config["resume"])
             print(f"resuming {config['resume']} from iteration {trainer.iteration} ({trainer.env_steps:,} env steps)")
         else:
-            trainer = Trainer(config, Path(HydraConfig.get().runtime.output_dir))
+            trainer = trainer_class(config)(config, Path(HydraConfig.get().runtime.output_dir))
         summary = trainer.learn()
     except (ConfigError, MissingExtraError, NonFiniteLossError, FileNotFoundError, KeyError) as err:
         # one message, no traceback (Hydra would print one); KeyError: an unknown registry name
@@ -160,6 +163,100 @@ def evaluate_cmd(argv: list[str]) -> int:
     return 0
 
 
+def deploy_cmd(argv: list[str]) -> int:
+    import yaml
+
+    from embodied.runner.deploy import DeploySettings, deploy, export
+
+    parser = argparse.ArgumentParser(prog="embodied deploy", description="Run a trained policy on a robot.")
+    parser.add_argument("path", type=Path, help="a run directory or a checkpoint directory")
+    parser.add_argument("overrides", nargs="*", help="robot=<name or configs/robot preset>, robot.<key>=<value>")
+    parser.add_argument("--dry-run", action="store_true", help="fly the robot's simulator instead of the hardware")
+    parser.add_argument("--episodes", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=500, help="control steps per episode")
+    parser.add_argument("--hz", type=float, default=None, help="control rate (default: the training env's)")
+    parser.add_argument("--course", default=None, help="waypoints 'x,y,z;x,y,z;...' (m) for a drone")
+    parser.add_argument("--log-dir", type=Path, default=None, help="episode store of every command and observation")
+    parser.add_argument("--no-status", action="store_true", help="no live status line")
+    parser.add_argument("--export", type=Path, default=None, help="write TorchScript, ONNX and C to DIR and exit")
+    args = parser.parse_args(argv)
+    try:
+        if args.export:
+            for kind, file in export(args.path, args.export).items():
+                print(f"{kind}: {file}")
+            return 0
+        settings = DeploySettings(dry_run=args.dry_run, episodes=args.episodes, steps=args.steps, control_hz=args.hz,
+                                  log_dir=args.log_dir, status=not args.no_status)  # fmt: skip
+        for item in args.overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not (key == "robot" or key.startswith("robot.")):
+                raise KeyError(f"unknown override {item!r}; valid: robot=<name>, robot.<key>=<value>")
+            if key == "robot":
+                settings.robot = value
+            else:  # robot.a.b=v -> {"a": {"b": v}}
+                *parents, leaf = key.removeprefix("robot.").split(".")
+                node = settings.robot_params
+                for part in parents:
+                    node = node.setdefault(part, {})
+                node[leaf] = yaml.safe_load(value)
+        if args.course:
+            settings.course = [tuple(float(x) for x in p.split(",")) for p in args.course.split(";")]
+        summaries = deploy(args.path, settings)
+    except (FileNotFoundError, KeyError, ValueError, RuntimeError) as err:
+        print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
+        return 1
+    for summary in summaries:
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
+    return 0
+
+
+def correct_cmd(argv: list[str]) -> int:
+    """A correction session (embodied/hil/session.py)."""
+    import yaml
+
+    from embodied.hil.session import SessionSettings, run_session
+
+    parser = argparse.ArgumentParser(prog="embodied correct", description="Correct a policy with a human in the loop.")
+    parser.add_argument("path", type=Path, help="a run directory or a checkpoint directory")
+    parser.add_argument("overrides", nargs="*", help="robot=<name|sim>, robot.<key>=<v>, teleop=<device>, teleop.<key>=<v>, "
+                        "learner.<key>=<v>")  # fmt: skip
+    parser.add_argument("--episodes", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=300, help="control steps per episode at most")
+    parser.add_argument("--hz", type=float, default=None, help="control rate (default: the training env's)")
+    parser.add_argument("--store", type=Path, default=Path("corrections"), help="where episodes.zarr is written")
+    parser.add_argument("--learner", default="local", help="local (in process), none, or tcp://host:port of a learner")
+    parser.add_argument("--on-learner-lost", default="continue", choices=["continue", "hold"])
+    parser.add_argument("--rewind-steps", type=int, default=20)
+    parser.add_argument("--no-status", action="store_true", help="no live status line")
+    args = parser.parse_args(argv)
+    try:
+        settings = SessionSettings(episodes=args.episodes, steps=args.steps, control_hz=args.hz, store=args.store,
+                                   learner=args.learner, on_learner_lost=args.on_learner_lost,
+                                   rewind_steps=args.rewind_steps, status=not args.no_status)  # fmt: skip
+        for item in args.overrides:
+            key, sep, value = item.partition("=")
+            group = key.split(".")[0]
+            if not sep or group not in ("robot", "teleop", "learner") or key == "learner":
+                raise KeyError(f"unknown override {item!r}; valid: robot=<name>, teleop=<device>, "
+                               "robot.<key>=<v>, teleop.<key>=<v>, learner.<key>=<v>")  # fmt: skip
+            if key in ("robot", "teleop"):
+                setattr(settings, key, value)
+            else:
+                node = getattr(settings, f"{group}_params")
+                *parents, leaf = key.split(".")[1:]
+                for part in parents:
+                    node = node.setdefault(part, {})
+                node[leaf] = yaml.safe_load(value)
+        summaries = run_session(args.path, settings)
+    except (FileNotFoundError, KeyError, ValueError, RuntimeError) as err:
+        print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
+        return 1
+    for summary in summaries:
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
+    print(f"episodes written to {settings.store / 'episodes.zarr'}")
+    return 0
+
+
 def list_cmd() -> int:
     from embodied import registry
 
@@ -174,7 +271,8 @@ def list_cmd() -> int:
 
 def main() -> None:
     argv = sys.argv[1:]
-    commands = {"train": train, "eval": evaluate_cmd, "list": lambda _argv: list_cmd()}
+    commands = {"train": train, "eval": evaluate_cmd, "deploy": deploy_cmd, "correct": correct_cmd,
+                "list": lambda _argv: list_cmd()}
     if not argv or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr)
         sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)

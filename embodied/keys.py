@@ -24,3 +24,4 @@ SUCCESS = "success"
 GROUP = "group"  # int64 [B]: rollouts sharing an initial state / prompt (GRPO, RLOO)
 EXTRAS = "extras"  # whatever Policy.evaluate needs besides obs and action
 REF_LOG_PROB = "ref_log_prob"  # log-probs under a frozen reference policy (KL term)
+MC_RETURN = "mc_return"  # float [B]: discounted return-to-go of the episode from this step (Cal-QL)

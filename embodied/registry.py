@@ -29,13 +29,43 @@ REGISTRY: dict[str, dict[str, Entry]] = {
         "quadrotor_hover": Entry("sims.quadrotor:QuadrotorHoverEnv"),
         "quadrotor_waypoint": Entry("sims.quadrotor:QuadrotorWaypointEnv"),
         "arm_reach": Entry("sims.arm_reach:ArmReachEnv"),
+        "mujoco_reach": Entry("sims.mujoco:MujocoReachEnv", extra="mujoco"),
+        "mujoco_push": Entry("sims.mujoco:MujocoPushEnv", extra="mujoco"),
+        "mujoco_pick": Entry("sims.mujoco:MujocoPickEnv", extra="mujoco"),
+        "maniskill": Entry("sims.maniskill:ManiSkillEnv", extra="maniskill"),  # env.env_id picks the task
+        # Isaac Gym and Isaac Lab are not on PyPI for our Python/CPU: the adapters raise a
+        # MissingExtraError with install steps; tests use embodied.testing's fakes
+        "isaacgym": Entry("sims.isaacgym.env:IsaacGymEnv", extra="isaacgym"),
+        "isaaclab": Entry("sims.isaaclab:IsaacLabEnv", extra="isaaclab"),
     },
     "policy": {
         "mlp": Entry("policies.mlp:MLPPolicy"),
+        "sac_mlp": Entry("policies.sac_mlp:SACPolicy"),
+        "diffusion": Entry("policies.diffusion:DiffusionPolicy"),
+        "flow": Entry("policies.flow:FlowPolicy"),
+        "vla": Entry("policies.vla:VLAPolicy", extra="transformers"),  # autoregressive action tokens
     },
     "algo": {
         "ppo": Entry("embodied.algorithms.ppo:PPO"),
         "grpo": Entry("embodied.algorithms.grpo:GRPO"),
+        "sac": Entry("embodied.algorithms.sac:SAC"),
+        "rlpd": Entry("embodied.algorithms.sac:RLPD"),
+        "iql": Entry("embodied.algorithms.iql:IQL"),
+        "calql": Entry("embodied.algorithms.calql:CalQL"),
+    },
+    "robot": {  # real_robot drivers; the LeRobot arms import lerobot on connect (it needs its own venv)
+        "sim_arm": Entry("real_robot.arms.sim_arm:SimulatedArm"),
+        "so100": Entry("real_robot.arms.lerobot_arm:SO100Arm"),
+        "so101": Entry("real_robot.arms.lerobot_arm:SO101Arm"),
+        "koch": Entry("real_robot.arms.lerobot_arm:KochArm"),
+        "mavlink": Entry("real_robot.drones.mavlink:MavlinkDrone", extra="robots"),
+        "crazyflie": Entry("real_robot.drones.crazyflie:CrazyflieDrone", extra="robots"),
+    },
+    "teleop": {  # human-in-the-loop devices; the HID ones import hidapi on connect (extra: teleop)
+        "keyboard": Entry("real_robot.teleop.keyboard:KeyboardTeleop"),
+        "gamepad": Entry("real_robot.teleop.hid_devices:GamepadTeleop"),
+        "spacemouse": Entry("real_robot.teleop.hid_devices:SpaceMouseTeleop"),
+        "scripted": Entry("real_robot.teleop.scripted:ScriptedOperator"),  # built with expert= and rule= callables
     },
 }
 

@@ -3,7 +3,10 @@
     batch = collector.collect()    # TensorDict [T, N]
     batch["obs"]        observations the actions were taken in
     batch["action"], batch["log_prob"], batch["value"]
+    batch["extras"]     the policy's act() extras, when it returns any (e.g. a denoising chain)
     batch["reward"], batch["terminated"], batch["done"]
+    batch["next_obs"]   with Collector(..., keep_next_obs=True): the observation each action
+                        led to (info["final_obs"] where the episode ended)
     batch["next_value"] V of the true next state: V(final_obs) where an episode
                         was truncated, V(next obs) otherwise (GAE zeroes it on
                         termination)
@@ -21,8 +24,11 @@ from embodied.policy import Policy
 
 
 class Collector:
-    def __init__(self, env: VecEnv, policy: Policy, steps: int):
+    def __init__(self, env: VecEnv, policy: Policy, steps: int, keep_next_obs: bool = False):
         self.env, self.policy, self.steps = env, policy, steps
+        # off-policy learners need each step's true next observation (final_obs at episode ends);
+        # on-policy ones do not, and images would double the rollout's memory
+        self.keep_next_obs = keep_next_obs
         self.obs: TensorDict | None = None
         n, device = env.num_envs, env.device
         self.episode_return = torch.zeros(n, device=device)
@@ -45,7 +51,7 @@ class Collector:
         env, policy = self.env, self.policy
         for t in range(self.steps):
             obs = self.obs
-            action, log_prob, value, _extras = policy.act(obs)
+            action, log_prob, value, extras = policy.act(obs)
             next_obs, reward, terminated, truncated, info = env.step(action)
             done = terminated | truncated
             step = TensorDict(
@@ -62,6 +68,13 @@ class Collector:
                 },
                 batch_size=[env.num_envs],
             )
+            if extras:  # e.g. a denoising chain: what policy.evaluate needs to score the action again
+                step[keys.EXTRAS] = TensorDict(extras, batch_size=[env.num_envs])
+            if self.keep_next_obs:
+                true_next = next_obs.clone()
+                if done.any():
+                    true_next[done] = info["final_obs"][done]
+                step[keys.NEXT_OBS] = true_next
             if self._buffer is None:
                 self._buffer = self._allocate(step)
             buf = self._buffer
@@ -108,3 +121,48 @@ class Collector:
         obs = {k[len("obs.") :]: v for k, v in state.items() if k.startswith("obs.")}
         if obs:
             self.obs = TensorDict(obs, batch_size=[self.env.num_envs]).unflatten_keys(".")
+
+
+@torch.no_grad()
+def collect_groups(env: VecEnv, policy: Policy, group_size: int, seed: int) -> TensorDict:
+    """GRPO rollouts: env.num_envs // group_size initial states, each copied into `group_size`
+    envs with `get_state`/`set_state`, then one episode per env (SimpleVLA-RL, Li et al. 2025,
+    and RLinf-VLA sample each task instance several times from one initial state).
+
+    Returns a TensorDict [B = num_envs]: `obs`, `action`, `log_prob`, `extras` and `mask`
+    (True up to each env's first episode end) with a time axis [B, T]; `reward` (the episode's
+    return) and `success` [B]; `group` [B]. Per-env snapshot tensors (leading dim num_envs) are
+    copied from each group's first env; generator states (uint8 byte tensors) are kept.
+    """
+    n = env.num_envs
+    if group_size < 1 or n % group_size:
+        raise ValueError(f"group_size={group_size} must divide env.num_envs={n}")
+    if not hasattr(env, "get_state"):
+        raise TypeError(f"{type(env).__name__} has no get_state/set_state: group rollouts need identical starts")
+    env.reset(seed=seed)
+    leader = torch.arange(n, device=env.device) // group_size * group_size
+    state = {k: v[leader] if v.dtype != torch.uint8 and v.dim() > 0 and v.shape[0] == n else v
+             for k, v in env.get_state().items()}
+    obs = env.set_state(state)
+    live = torch.ones(n, dtype=torch.bool, device=env.device)
+    ret, success = torch.zeros(n, device=env.device), torch.zeros(n, dtype=torch.bool, device=env.device)
+    steps = []
+    for _ in range(env.max_episode_steps):
+        action, log_prob, _, extras = policy.act(obs)
+        step = TensorDict({keys.OBS: obs, keys.ACTION: action, keys.LOG_PROB: log_prob, keys.MASK: live.clone()},
+                          batch_size=[n])
+        if extras:
+            step[keys.EXTRAS] = TensorDict(extras, batch_size=[n])
+        steps.append(step)
+        obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated | truncated
+        ret += reward * live
+        success |= done & live & info.get(keys.SUCCESS, torch.zeros_like(done))
+        live &= ~done
+        if not live.any():
+            break
+    batch = torch.stack(steps, 1)  # [B, T]
+    out = TensorDict({keys.REWARD: ret, keys.SUCCESS: success, keys.GROUP: leader // group_size}, batch_size=[n])
+    for key in batch.keys():
+        out[key] = batch[key]
+    return out

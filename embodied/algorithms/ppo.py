@@ -65,7 +65,8 @@ class PPO:
             )
             if cfg.normalize_advantage:
                 advantage = normalize(advantage)
-        flat = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.VALUE).reshape(-1)
+        extras = [keys.EXTRAS] if keys.EXTRAS in batch.keys() else []  # e.g. denoising chains, for evaluate
+        flat = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.VALUE, *extras).reshape(-1)
         flat[keys.ADVANTAGE] = advantage.reshape(-1)
         flat[keys.RETURN] = ret.reshape(-1)
         size = flat.batch_size[0]
@@ -87,7 +88,7 @@ class PPO:
 
     def _step(self, mb: TensorDict) -> dict[str, torch.Tensor]:
         cfg = self.config
-        log_prob, entropy, value = self.policy.evaluate(mb[keys.OBS], mb[keys.ACTION])
+        log_prob, entropy, value = self.policy.evaluate(mb[keys.OBS], mb[keys.ACTION], mb.get(keys.EXTRAS, None))
         loss, metrics = ppo_loss(
             log_prob, mb[keys.LOG_PROB], mb[keys.ADVANTAGE], value, mb[keys.VALUE], mb[keys.RETURN], entropy,
             clip=cfg.clip, dual_clip=cfg.dual_clip, value_clip=cfg.value_clip,

@@ -90,4 +90,8 @@ def find_checkpoint(path: Path) -> Path:
     for name in ("final", "latest"):
         if (path / "checkpoints" / name / "model.safetensors").exists():
             return path / "checkpoints" / name
+    for stage in ("online", "offline", "bc"):  # a pipeline run (embodied/runner/pipeline.py): its last stage
+        for name in ("final", "latest"):
+            if (path / stage / "checkpoints" / name / "model.safetensors").exists():
+                return path / stage / "checkpoints" / name
     raise FileNotFoundError(f"no checkpoint in {path} (looked for model.safetensors, checkpoints/final, checkpoints/latest)")

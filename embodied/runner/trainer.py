@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from embodied import registry
 from embodied.algorithms.losses import NonFiniteLossError
@@ -58,6 +59,23 @@ def make_policy(config: dict, env) -> torch.nn.Module:
     return policy.to(env.device)
 
 
+def trainer_class(config_or_run_dir: dict | str | Path) -> type:
+    """`Pipeline` for a config with a `pipeline` section (or a pipeline run directory), else `Trainer`."""
+    from embodied.runner.pipeline import Pipeline
+
+    if isinstance(config_or_run_dir, dict):
+        if config_or_run_dir.get("imitation"):  # demos -> BC -> optional PPO fine-tuning (embodied/runner/bc.py)
+            from embodied.runner.bc import ImitationTrainer
+
+            return ImitationTrainer
+        return Pipeline if config_or_run_dir.get("pipeline") else Trainer
+    saved = Path(config_or_run_dir) / "checkpoints" / "latest" / "config.yaml"
+    if saved.exists() and (yaml.safe_load(saved.read_text()) or {}).get("imitation"):
+        return trainer_class({"imitation": True})
+    path = Path(config_or_run_dir) / "config.yaml"  # a pipeline writes its config there, a Trainer under checkpoints/
+    return Pipeline if path.exists() and "pipeline" in (yaml.safe_load(path.read_text()) or {}) else Trainer
+
+
 class Trainer:
     def __init__(self, config: dict[str, Any], run_dir: Path):
         self.config = config
@@ -73,6 +91,11 @@ class Trainer:
             raise ConfigError(
                 f"algo={config['algo']['name']} trains from group rollouts (several episodes per initial state), "
                 "which env training does not collect; use algo=ppo here"
+            )
+        if getattr(registry.resolve("algo", config["algo"]["name"]), "needs_replay", False):
+            raise ConfigError(
+                f"algo={config['algo']['name']} learns from a replay buffer, which this on-policy loop does not keep; "
+                "use an experiment with a `pipeline` section (e.g. experiment=arm_reach_sac or arm_reach_o2o)"
             )
         self.algo = registry.build("algo", config["algo"]["name"], _params(config["algo"]), policy=self.policy)
         self.collector = Collector(self.env, self.policy, self.cfg.rollout_steps)
