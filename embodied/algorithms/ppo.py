@@ -31,7 +31,9 @@ class PPOConfig:
     lam: float = 0.95  # rsl_rl lam (GAE lambda, Schulman et al. 2016)
     clip: float = 0.2  # rsl_rl clip_param
     dual_clip: float | None = None  # dual-clip bound c > 1 (Ye et al. 2020); None = off
-    value_clip: float | None = 0.2  # rsl_rl use_clipped_value_loss with clip_param
+    # rsl_rl use_clipped_value_loss with clip_param; absolute, in return units: with returns ~100 it
+    # throttles the critic (quadrotor_hover sets null)
+    value_clip: float | None = 0.2
     value_coef: float = 1.0  # with value_loss's 0.5 factor (CleanRL): rsl_rl's value_loss_coef 1.0 weighs twice this
     entropy_coef: float = 0.005  # rsl_rl entropy_coef is 0.01 for legged robots; halved for fine hover control
     max_grad_norm: float = 1.0  # rsl_rl max_grad_norm

@@ -11,7 +11,7 @@ Offboard setpoint `mode`s (the command a policy sends):
 - "position": target position [3] m (world, z up) as SET_POSITION_TARGET_LOCAL_NED.
 - "velocity": target velocity [3] m/s as SET_POSITION_TARGET_LOCAL_NED (position ignored).
 - "attitude": quaternion (w, x, y, z, body FLU -> world) and normalized thrust [5] as SET_ATTITUDE_TARGET.
-Telemetry (LOCAL_POSITION_NED, ATTITUDE_QUATERNION in NED / FRD) is converted to the sim's frames
+Telemetry (LOCAL_POSITION_NED, ATTITUDE_QUATERNION, HIGHRES_IMU in NED / FRD) is converted to the sim's frames
 (world z up, body FLU) by a half turn about x. A receive thread keeps the newest of each; when
 none arrived for `link_timeout` the observation says `link_lost` and the robot fails safe.
 Failsafe (watchdog, geofence, speed, link): MAV_CMD_NAV_LAND. Emergency stop: forced disarm.
@@ -31,7 +31,7 @@ from embodied.config import check
 from embodied.specs import Spec
 from real_robot.robot import Robot, RobotConfig, RobotError
 from real_robot.safety import SafetyConfig, fill_defaults
-from real_robot.sim.mavlink_vehicle import FLU_TO_NED, FORCE_DISARM, MODES, mavlink_module, px4_mode
+from real_robot.sim.mavlink_vehicle import FLU_TO_NED, FORCE_DISARM, GRAVITY, MODES, mavlink_module, px4_mode
 
 # SET_POSITION_TARGET_LOCAL_NED type_mask bits (MAVLink POSITION_TARGET_TYPEMASK): ignore ...
 _IGNORE_POS, _IGNORE_VEL, _IGNORE_ACC, _IGNORE_YAW_RATE = 0b111, 0b111000, 0b111000000, 2048
@@ -86,7 +86,7 @@ class MavlinkDroneConfig(RobotConfig):
 class MavlinkDrone(Robot):
     Config = MavlinkDroneConfig
     observation_spec = {"position": Spec((3,)), "velocity": Spec((3,)), "quaternion": Spec((4,)),
-                        "angular_velocity": Spec((3,))}  # fmt: skip
+                        "angular_velocity": Spec((3,)), "specific_force": Spec(())}  # fmt: skip
     action_key = None  # deploy sends the policy's action itself
 
     def __init__(self, config: MavlinkDroneConfig = MavlinkDroneConfig()):
@@ -133,12 +133,15 @@ class MavlinkDrone(Robot):
         now = time.monotonic()
         t_pos, pos = self.telemetry["LOCAL_POSITION_NED"]
         att = self.telemetry.get("ATTITUDE_QUATERNION")
+        imu = self.telemetry.get("HIGHRES_IMU")
         q = (1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0) if att is None else att[1]
         obs = {
             "position": (FLU_TO_NED @ pos[:3]).astype(np.float32),
             "velocity": (FLU_TO_NED @ pos[3:]).astype(np.float32),
             "quaternion": np.array([q[0], q[1], -q[2], -q[3]], np.float32),  # FRD/NED -> FLU/z-up
             "angular_velocity": (FLU_TO_NED @ np.asarray(q[4:7])).astype(np.float32),
+            # body-z specific force in g (FLU up = FRD -z); 1 g (a level hover) until the IMU reports
+            "specific_force": np.float32(1.0 if imu is None else -imu[1] / GRAVITY),
             "armed": self.armed, "mode": self.mode,
             "link_lost": now - max(t_pos, att[0] if att else t_pos) > self.config.link_timeout,
         }  # fmt: skip
@@ -230,6 +233,8 @@ class MavlinkDrone(Robot):
                 self.telemetry[kind] = (now, np.array([msg.x, msg.y, msg.z, msg.vx, msg.vy, msg.vz]))
             elif kind == "ATTITUDE_QUATERNION":
                 self.telemetry[kind] = (now, (msg.q1, msg.q2, msg.q3, msg.q4, msg.rollspeed, msg.pitchspeed, msg.yawspeed))
+            elif kind == "HIGHRES_IMU":
+                self.telemetry[kind] = (now, msg.zacc)
             elif kind == "HEARTBEAT" and msg.get_srcSystem() == 1:
                 self.telemetry[kind] = (now, msg)
             elif kind == "COMMAND_ACK":

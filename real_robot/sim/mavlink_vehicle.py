@@ -4,9 +4,9 @@
         drone = MavlinkDrone(MavlinkDroneConfig(url=f"udpout:127.0.0.1:{vehicle.port}"))
 
 It behaves like a PX4 multicopter as far as an offboard companion sees it (MAVLink common
-messages, PX4 custom modes): HEARTBEAT at 1 Hz; LOCAL_POSITION_NED and ATTITUDE_QUATERNION at
-`telemetry_hz` in NED / FRD; COMMAND_LONG for arming (MAV_CMD_COMPONENT_ARM_DISARM, 21196 in
-param2 forces a disarm in the air, as PX4), MAV_CMD_DO_SET_MODE (PX4 main/sub modes) and
+messages, PX4 custom modes): HEARTBEAT at 1 Hz; LOCAL_POSITION_NED, ATTITUDE_QUATERNION and
+HIGHRES_IMU (the accelerometer's specific force, m/s^2) at `telemetry_hz` in NED / FRD;
+COMMAND_LONG for arming (MAV_CMD_COMPONENT_ARM_DISARM, 21196 in param2 forces a disarm in the air, as PX4), MAV_CMD_DO_SET_MODE (PX4 main/sub modes) and
 MAV_CMD_NAV_LAND, each answered with COMMAND_ACK. Offboard setpoints: SET_ACTUATOR_CONTROL_TARGET
 (group 0, controls 0-3 = the quadrotor env's motor action, so a policy trained in the sim flies
 the motors directly), SET_POSITION_TARGET_LOCAL_NED (position and/or velocity) and
@@ -31,6 +31,7 @@ import numpy as np
 from embodied.config import check
 from real_robot.sim.flight_controller import FlightController, quat_to_matrix
 from real_robot.sim.quadrotor_body import QuadrotorBody
+from sims.quadrotor.dynamics import CrazyflieParams
 
 # PX4 custom modes (px4_custom_mode.h): main mode in bits 16-23, sub mode in bits 24-31
 PX4_MAIN_AUTO, PX4_MAIN_OFFBOARD = 4, 6
@@ -39,6 +40,7 @@ MODES = {"HOLD": (PX4_MAIN_AUTO, PX4_SUB_AUTO_LOITER), "LAND": (PX4_MAIN_AUTO, P
          "OFFBOARD": (PX4_MAIN_OFFBOARD, 0)}  # fmt: skip
 FORCE_DISARM = 21196  # MAV_CMD_COMPONENT_ARM_DISARM param2 magic (PX4, ArduPilot)
 FLU_TO_NED = np.diag([1.0, -1.0, -1.0])  # sim world (z up) / body FLU <-> NED / FRD: a half turn about x
+GRAVITY = CrazyflieParams().gravity  # m/s^2 per g, the sim's value, for accelerometer readings
 
 
 def mavlink_module():
@@ -274,6 +276,10 @@ class MavlinkVehicleSim:
         mav = self.mavlink
         self._send(mav.MAVLink_local_position_ned_message(ms, *p, *v))
         self._send(mav.MAVLink_attitude_quaternion_message(ms, qw, qx, -qy, -qz, *w, [0.0] * 4))
+        # thrust / mass along body z (FLU up = FRD -z); bits 0-5 of fields_updated: acc and gyro valid
+        acc = -float(s["specific_force"]) * GRAVITY
+        mag_pressure_temperature = [0.0] * 7
+        self._send(mav.MAVLink_highres_imu_message(ms * 1000, 0.0, 0.0, acc, *w, *mag_pressure_temperature, 0b111111))
 
 
 class MavlinkVehicleProcess:

@@ -4,7 +4,8 @@ The env (default `quadrotor_hover`) is built by name through the registry with r
 crash limits and time limit switched off, and driven only through the VecEnv contract: `step`
 with the env's motor action (4 rotor setpoints in [-1, 1], 0 = hover speed of the nominal
 vehicle, piecewise linear in thrust, see sims/quadrotor/env.py) and `get_state` / `set_state`
-(named blocks "position", "velocity", "quaternion", "angular_velocity", "motor_speed").
+(named blocks "position", "velocity", "quaternion", "angular_velocity", "motor_speed",
+"specific_force": the accelerometer's body-z reading in g).
 World frame: z up, body x forward, y left (FLU), as the sim. The sim's world is free space, so
 a flat ground is added here: at `ground_z` the vehicle stops, levels and counts as landed.
 """
@@ -49,7 +50,7 @@ class QuadrotorBody:
     def state(self) -> dict[str, np.ndarray]:
         s = self.env.get_state()
         return {k: s[k][0].numpy().astype(np.float64) for k in
-                ("position", "velocity", "quaternion", "angular_velocity", "motor_speed")}  # fmt: skip
+                ("position", "velocity", "quaternion", "angular_velocity", "motor_speed", "specific_force")}  # fmt: skip
 
     def step(self, action: np.ndarray) -> None:
         _, _, terminated, _, _ = self.env.step(torch.as_tensor(action, dtype=torch.float32).view(1, 4))

@@ -41,6 +41,9 @@ def test_handshake_position_flight_and_frames():
             # telemetry went NED/FRD over the wire and back to the sim's frames
             assert np.allclose(obs["position"], truth["position"], atol=0.05)
             assert np.allclose(np.abs(obs["quaternion"] @ truth["quaternion"]), 1.0, atol=1e-2)
+            # HIGHRES_IMU: the accelerometer's body-z specific force, ~1 g while holding a position
+            assert obs["specific_force"] == pytest.approx(float(truth["specific_force"]), abs=0.1)
+            assert obs["specific_force"] == pytest.approx(1.0, abs=0.2)
             assert np.linalg.norm(obs["position"] - [0.4, -0.3, 0.3]) < 0.1
             kinds = {k for _, k, _ in vehicle.received}
             assert kinds == {"position"}

@@ -283,3 +283,29 @@ def test_motor_estimate_tracks_the_rotors_of_the_nominal_vehicle():
     rotors = env.get_state()["motor_speed"]
     torch.testing.assert_close(obs["state"][:, 25:29], 2 * rotors - 1, atol=1e-4, rtol=0)
     torch.testing.assert_close(obs["state"][:, 25:29], obs["privileged"][:, 0:4], atol=1e-4, rtol=0)
+
+
+def test_accelerometer_reads_thrust_over_mass_and_reveals_the_thrust_to_weight_ratio():
+    """obs_accelerometer appends body-z specific force / g - 1: 0 in a nominal hover, kf/m - 1 for a
+    randomized vehicle at hover rotor speed, -1 in free fall, and the measured vertical acceleration
+    (plus g, for a level vehicle) at any motor speed."""
+    env = QuadrotorHoverEnv(HoverConfig(obs_accelerometer=True, obs_motor_estimate=True, max_pos=10.0), 64)
+    assert env.observation_spec["state"].shape == (27,)
+    obs = env.reset(seed=0)
+    dr = env.get_state()["dr_scale"]
+    torch.testing.assert_close(obs["state"][:, 26], dr[:, 1] / dr[:, 0] - 1)  # rotors start at nominal hover speed
+    level_hover(env)
+    before = env.get_state()["velocity"][:, 2].clone()
+    obs = env.step((0.3 * torch.randn(64, 4)).clamp(-1, 1))[0]
+    state = env.get_state()
+    thrust = (state["motor_speed"] ** 2).mean(1) * 4 * P.max_thrust * dr[:, 1] / (P.mass * dr[:, 0])
+    torch.testing.assert_close(obs["state"][:, 26] + 1, thrust / P.gravity, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(state["specific_force"], thrust / P.gravity, rtol=1e-5, atol=1e-6)
+    # over one step the vertical acceleration of a (still nearly level) vehicle is specific force - g
+    accel = (state["velocity"][:, 2] - before) / env.config.dt
+    assert (accel - (thrust - P.gravity)).abs().max() < 0.05 * P.gravity
+    free = QuadrotorHoverEnv(HoverConfig(obs_accelerometer=True, max_pos=10.0, max_speed=20.0, **NO_DR))
+    state = level_hover(free)
+    state["motor_speed"].zero_()
+    free.set_state(state)
+    assert free.step(torch.full((1, 4), -1.0))[0]["state"][0, -1].item() == pytest.approx(-1.0, abs=1e-6)
