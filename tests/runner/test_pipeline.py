@@ -132,3 +132,14 @@ def test_rlpd_online_stage_samples_offline_and_online_data_half_and_half(tmp_pat
     # every RLPD batch: 16 rows of demos and 16 of online data
     assert seen and all(counts == [16, 16] for counts in seen)
     assert rows(tmp_path / "online" / "metrics.jsonl")[-1]["updates"] == len(seen)
+
+
+def test_critic_warmup_freezes_the_actor_while_the_critic_learns(tmp_path):
+    Pipeline(compose(TINY + ["pipeline.online.critic_warmup_updates=1000"]), tmp_path).learn()
+    before = checkpoint.load_model(tmp_path / "offline" / "checkpoints" / "final", "cpu")
+    after = checkpoint.load_model(tmp_path / "online" / "checkpoints" / "final", "cpu")
+    actor = [k for k in before if k.startswith("actor")]
+    critic = [k for k in before if k.startswith("critic.")]
+    assert actor and critic
+    assert all(torch.equal(before[k], after[k]) for k in actor)  # 16 online updates, all critic-only
+    assert any(not torch.equal(before[k], after[k]) for k in critic)
