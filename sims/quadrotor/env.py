@@ -154,7 +154,8 @@ class _QuadrotorEnv(VecEnv):
         s = self._s
         self._dr, self._step_row, self._progress, self._prev_action = s[DR], s[STEP], s[PROGRESS], s[PREV_ACTION]
         self._motor_estimate, self._specific_force = s[MOTOR_ESTIMATE], s[SPECIFIC_FORCE : SPECIFIC_FORCE + 1]
-        self._sq4, self._thrust_to_g = new(4), 4 * p.max_thrust / (p.mass * p.gravity)  # thrust (in max) -> g
+        self._motor, self._sq4 = s[MOTOR], new(4)
+        self._thrust_to_g = 4 * p.max_thrust / (p.mass * p.gravity)  # mean rotor thrust (fraction of max) -> g
         self._estimate_gain = 1 - math.exp(-config.dt / p.motor_time_constant)  # exact first-order lag over dt
         self._kf_scale, self._kin, self._quat = s[DR.start + 1 : DR.start + 2], s[:9], s[QUAT]
         self._action, self._cmd, self._tmp4, self._sq9 = new(4), new(4), new(4), new(9)
@@ -227,7 +228,7 @@ class _QuadrotorEnv(VecEnv):
         torch.reciprocal(self._dr, out=self._inv_dr)
         torch.mul(self._inv_tau_scale, 1 / self.params.motor_time_constant, out=self._inv_tau)
         self.dynamics.step(self._cmd, self._kf_scale, self._inv_mass, self._inv_tau)
-        torch.mul(self._s[MOTOR], self._s[MOTOR], out=self._sq4)  # specific force = kf w^2 / m, summed over rotors
+        torch.mul(self._motor, self._motor, out=self._sq4)  # specific force = kf w^2 / m, summed over rotors
         torch.mean(self._sq4, 0, keepdim=True, out=self._specific_force)
         self._specific_force.mul_(self._kf_scale).mul_(self._inv_mass).mul_(self._thrust_to_g)
         self._step_row.add_(1)

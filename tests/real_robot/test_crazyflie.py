@@ -9,19 +9,8 @@ pytest.importorskip("cflib")
 
 from real_robot.drones.crazyflie import CrazyflieConfig, CrazyflieDrone  # noqa: E402
 from real_robot.robot import RobotError  # noqa: E402
-from real_robot.safety import SafetyConfig  # noqa: E402
 from real_robot.sim.fake_crazyflie import FakeCrazyflie  # noqa: E402
-
-SLACK = SafetyConfig(watchdog_periods=10)  # plumbing tests: shared CI machines stall threads for 100s of ms
-
-
-def fly(drone, command, seconds):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        obs = drone.get_observation()
-        drone.send_action(command, stamp=obs["timestamp"])
-        time.sleep(drone.period / 2)
-    return drone.get_observation()
+from tests.real_robot.flight import SLACK, fly  # noqa: E402
 
 
 def test_position_setpoints_and_logging():

@@ -7,24 +7,14 @@ import pytest
 
 from real_robot.drones.mavlink import MavlinkDrone, MavlinkDroneConfig
 from real_robot.robot import RobotError
-from real_robot.safety import SafetyConfig
 from real_robot.sim.mavlink_vehicle import MavlinkVehicleConfig, MavlinkVehicleSim
+from tests.real_robot.flight import SLACK, fly
 
 pytest.importorskip("pymavlink")
-SLACK = SafetyConfig(watchdog_periods=10)  # plumbing tests: shared CI machines stall threads for 100s of ms
 
 
 def drone_for(vehicle, **kw) -> MavlinkDrone:
     return MavlinkDrone(MavlinkDroneConfig(url=f"udpout:127.0.0.1:{vehicle.port}", **kw))
-
-
-def fly(drone, command, seconds):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        obs = drone.get_observation()
-        drone.send_action(command, stamp=obs["timestamp"])
-        time.sleep(drone.period / 2)
-    return drone.get_observation()
 
 
 def test_handshake_position_flight_and_frames():
