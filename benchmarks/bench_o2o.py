@@ -1,11 +1,12 @@
 """Offline-to-online vs online-from-scratch on arm reach: online env steps to a success threshold.
 
     .venv/bin/python benchmarks/bench_o2o.py                         # 3 seeds, the settings below
-    .venv/bin/python benchmarks/bench_o2o.py --seeds 0 --steps 20000 --threshold 0.5 --out runs/bench_o2o
+    .venv/bin/python benchmarks/bench_o2o.py --methods scratch --steps 100000 --eval-every 4000 --threshold 0.8
 
 Both methods are `embodied train` runs of the same pipeline code (embodied/runner/pipeline.py),
 with the same online budget, env count, networks, SAC settings and evaluation:
-- o2o:     experiment=arm_reach_o2o (noisy scripted-expert demos -> BC -> Cal-QL -> WSRL online SAC)
+- o2o:     experiment=arm_reach_o2o (noisy scripted-expert demos -> BC -> IQL -> online RLPD, demos 50/50,
+           with a decaying behaviour-cloning term)
 - scratch: experiment=arm_reach_sac (uniform random actions, then SAC)
 Each online stage evaluates `eval_episodes` deterministic episodes every `eval_every` env steps.
 Steps to threshold = the first evaluation point whose success >= threshold (the o2o curve

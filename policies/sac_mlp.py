@@ -147,6 +147,10 @@ class SACPolicy(Policy):
         u = torch.addcmul(mean, noise, log_std.exp())
         return self._squash(u), self._log_prob(noise, log_std, u)
 
+    def mean_action(self, state: torch.Tensor) -> torch.Tensor:
+        """tanh(mu(s)) in the action box: the deterministic action [B, A]."""
+        return self._squash(self.distribution(state)[0])
+
     def log_prob(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """log pi(a|s) [B] of given actions (clipped just inside the bounds first)."""
         mean, log_std = self.distribution(state)
@@ -173,8 +177,7 @@ class SACPolicy(Policy):
         state = obs[keys.STATE]
         value = self.value(obs)
         if deterministic:
-            mean, _ = self.distribution(state)
-            return ActOutput(self._squash(mean), torch.zeros_like(value), value, {})
+            return ActOutput(self.mean_action(state), torch.zeros_like(value), value, {})
         action, log_prob = self.sample(state)
         return ActOutput(action, log_prob, value, {})
 
@@ -186,8 +189,7 @@ class SACPolicy(Policy):
     def value(self, obs: TensorDict) -> torch.Tensor:
         """min over the ensemble of Q(s, tanh(mu(s))): the critic's estimate of the greedy action's value."""
         state = obs[keys.STATE]
-        mean, _ = self.distribution(state)
-        return self.q(state, self._squash(mean)).amin(0)
+        return self.q(state, self.mean_action(state)).amin(0)
 
     def bc_loss(self, batch: TensorDict) -> torch.Tensor:
         """Negative log-likelihood of the demonstrated actions."""

@@ -37,6 +37,7 @@ from embodied.algorithms.offpolicy_losses import (
     temperature_loss,
 )
 from embodied.config import check
+from embodied.data.replay import SOURCE
 from embodied.policy import Policy
 
 ACTOR_CRITIC_API = ("sample", "log_prob", "q", "critic", "actor_params", "critic_params")
@@ -57,6 +58,12 @@ class SACConfig:
     actor_q: Literal["min", "mean"] = "min"  # how the actor loss pools the ensemble (SB3: min; RLPD: mean)
     backup_entropy: bool = True  # subtract alpha * log pi in the target (SAC: yes; CQL/Cal-QL code: no)
     max_grad_norm: float | None = None  # gradient clipping; None = off (as in SAC, RLPD)
+    # behaviour cloning in the actor loss on the demonstration rows of each batch (the first source of a
+    # MixedSampler: the pipeline's offline data), weighted in units of the batch's mean |Q| as in TD3+BC
+    # (Fujimoto & Gu 2021: alpha 2.5 there = bc_weight 0.4 here); 0 = off
+    bc_weight: float = 0.0
+    bc_decay_updates: int = 0  # actor steps over which bc_weight decays linearly to 0; 0 = constant
+    bc_q_filter: bool = False  # clone only where Q(s, a_demo) > Q(s, pi(s)) (Q-filter, Nair et al. 2018)
 
     def __post_init__(self):
         check(self.lr > 0 and (self.actor_lr is None or self.actor_lr > 0), "algo.lr and algo.actor_lr must be > 0")
@@ -66,6 +73,7 @@ class SACConfig:
         check(self.init_alpha > 0, f"algo.init_alpha={self.init_alpha} must be > 0")
         check(self.num_min is None or self.num_min >= 1, f"algo.num_min={self.num_min} must be >= 1 or null")
         check(self.actor_q in ("min", "mean"), f"algo.actor_q={self.actor_q!r} must be 'min' or 'mean'")
+        check(self.bc_weight >= 0 and self.bc_decay_updates >= 0, "algo.bc_weight and algo.bc_decay_updates must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,7 @@ class SAC:
         self.target_entropy = default_entropy if config.target_entropy is None else config.target_entropy
         self._critic_params = policy.critic_params()
         self._target_params = list(self.target_critic.parameters())
+        self.actor_steps = 0
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -127,8 +136,15 @@ class SAC:
         """One critic step (and, with update_actor, one actor and temperature step) on a batch [B]."""
         metrics = self.critic_step(batch)
         if update_actor:
-            metrics.update(self.actor_step(batch[keys.OBS][keys.STATE]))
+            demos = batch[SOURCE] == 0 if self.bc_weight() > 0 and SOURCE in batch.keys() else None
+            metrics.update(self.actor_step(batch[keys.OBS][keys.STATE], batch[keys.ACTION], demos))
         return metrics
+
+    def bc_weight(self) -> float:
+        cfg = self.config
+        if cfg.bc_decay_updates == 0:
+            return cfg.bc_weight
+        return cfg.bc_weight * max(0.0, 1.0 - self.actor_steps / cfg.bc_decay_updates)
 
     def td_target(self, batch: TensorDict) -> torch.Tensor:
         cfg, policy = self.config, self.policy
@@ -160,20 +176,43 @@ class SAC:
         """An extra critic loss term (Cal-QL's conservative penalty); none for SAC."""
         return None, {}
 
-    def actor_step(self, state: torch.Tensor) -> dict[str, torch.Tensor]:
+    def actor_step(self, state: torch.Tensor, demo_action: torch.Tensor | None = None,
+                   demos: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """One actor (and temperature) step; with `demos` (bool [B]) and bc_weight > 0 the rows where
+        it is true also pull the policy's mean action toward `demo_action`."""
         cfg, policy = self.config, self.policy
         action, log_prob = policy.sample(state)
         q = policy.q(state, action, detach_params=True)  # gradients reach the actor only
         q = q.amin(0) if cfg.actor_q == "min" else q.mean(0)
         alpha = self.alpha
         loss = sac_actor_loss(q, log_prob, alpha)
+        metrics = {"entropy": -log_prob.detach().mean(), "alpha": alpha}
+        if demos is not None and bool(demos.any()):
+            bc, kept = self.bc_term(state[demos], demo_action[demos])
+            weight = self.bc_weight() * q.detach().abs().mean()
+            loss = loss + weight * bc
+            metrics.update({"bc_mse": bc.detach(), "bc_kept": kept})
         finite(loss, "actor")
         self._step(self.actor_optimizer, loss, None)
-        metrics = {"actor_loss": loss.detach(), "entropy": -log_prob.detach().mean(), "alpha": alpha}
+        self.actor_steps += 1
+        metrics["actor_loss"] = loss.detach()
         if cfg.learn_alpha:
             a_loss = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
             self._step(self.alpha_optimizer, a_loss, None)
         return metrics
+
+    def bc_term(self, state: torch.Tensor, demo_action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean squared error between the policy's mean action and the demonstrated one over the demo
+        rows (those the Q-filter keeps, when on), and the fraction kept."""
+        mean_action = self.policy.mean_action(state)
+        error = (mean_action - demo_action).square().sum(-1)
+        if not self.config.bc_q_filter:
+            return error.mean(), torch.ones(())
+        with torch.no_grad():
+            q_demo = self.policy.q(state, demo_action).amin(0)
+            q_policy = self.policy.q(state, mean_action).amin(0)
+            keep = (q_demo > q_policy).float()
+        return (error * keep).sum() / keep.sum().clamp(min=1.0), keep.mean()
 
     def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list | None) -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -187,13 +226,14 @@ class SAC:
         return {
             "target_critic": self.target_critic.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
             "actor_optimizer": self.actor_optimizer.state_dict(), "critic_optimizer": self.critic_optimizer.state_dict(),
-            "alpha_optimizer": self.alpha_optimizer.state_dict(),
+            "alpha_optimizer": self.alpha_optimizer.state_dict(), "actor_steps": self.actor_steps,
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.target_critic.load_state_dict(state["target_critic"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
+        self.actor_steps = int(state.get("actor_steps", 0))
         for name in ("actor_optimizer", "critic_optimizer", "alpha_optimizer"):
             getattr(self, name).load_state_dict(state[name])
 

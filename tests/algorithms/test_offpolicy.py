@@ -15,6 +15,7 @@ from embodied.algorithms.calql import CalQL, CalQLConfig
 from embodied.algorithms.iql import IQL, IQLConfig
 from embodied.algorithms.sac import RLPD, SAC, SACConfig
 from embodied.config import ConfigError
+from embodied.data.replay import SOURCE
 from embodied.specs import Spec
 from policies.sac_mlp import SACPolicy, SACPolicyConfig
 
@@ -183,3 +184,51 @@ def test_calql_without_mc_return_and_bad_configs_fail_clearly():
                          action_spec=Spec((1,), torch.float32, -1.0, 1.0))
     with pytest.raises(ValueError, match="sac_mlp"):
         registry.build("algo", "sac", {}, policy=mlp)
+
+
+def mixed(state, action, reward, source):
+    return batch(state, action, reward, **{SOURCE: source})
+
+
+def test_bc_term_clones_only_the_demo_rows_and_decays_linearly():
+    """Flat Q (every action costs 1): only the BC term shapes the mean action. Demo rows (source 0)
+    show +0.6, online rows (source 1) -0.6; the policy must go to +0.6."""
+    torch.manual_seed(0)
+    policy = make_policy(1, 1)
+    algo = SAC(SACConfig(lr=3e-3, batch_size=64, bc_weight=1.0, bc_decay_updates=400, learn_alpha=False,
+                         init_alpha=1e-3), policy)
+    source = torch.arange(64) % 2
+    action = torch.where(source == 0, 0.6, -0.6)[:, None]
+    for _ in range(200):
+        metrics = algo.update(mixed(torch.rand(64, 1) * 2 - 1, action, -torch.ones(64), source))
+    assert algo.bc_weight() == pytest.approx(0.5)  # 200 of 400 actor steps: halfway down
+    greedy = policy.mean_action(torch.linspace(-1, 1, 9)[:, None])
+    assert (greedy - 0.6).abs().max() < 0.2, greedy.squeeze(-1)  # the online rows' -0.6 would be 1.2 away
+    assert {"bc_mse", "bc_kept"} <= set(metrics) and float(metrics["bc_kept"]) == 1.0
+    for _ in range(200):
+        algo.update(mixed(torch.rand(64, 1) * 2 - 1, action, -torch.ones(64), source))
+    assert algo.bc_weight() == 0.0 and "bc_mse" not in algo.update(mixed(torch.rand(64, 1), action, -torch.ones(64), source))
+    assert "bc_mse" not in SAC(SACConfig(bc_weight=1.0), make_policy(1, 1)).update(batch(torch.rand(8, 1), action[:8], torch.zeros(8)))
+
+
+@pytest.mark.parametrize("q_filter", [True, False])
+def test_bc_q_filter_ignores_demos_the_critic_rates_below_the_policy(q_filter):
+    """Bandit with reward -(a - 0.5)^2 and demos that always show -0.5 (a bad action): with the
+    Q-filter the policy finds 0.5 and stops cloning; without it a heavy BC weight holds it near the demos."""
+    torch.manual_seed(0)
+    policy = make_policy(1, 1)
+    algo = SAC(SACConfig(lr=5e-3, batch_size=128, bc_weight=5.0, bc_q_filter=q_filter), policy)
+    source = torch.arange(128) % 2
+    for _ in range(300):
+        action = torch.where(source == 0, -0.5, torch.rand(128) * 2 - 1)[:, None]
+        metrics = algo.update(mixed(torch.rand(128, 1), action, -(action - 0.5).square().squeeze(-1), source))
+    greedy = policy.mean_action(torch.linspace(0, 1, 5)[:, None])
+    if q_filter:
+        assert (greedy - 0.5).abs().max() < 0.15 and float(metrics["bc_kept"]) < 0.1, (greedy.squeeze(-1), metrics)
+    else:
+        assert (greedy - 0.5).abs().min() > 0.4, greedy.squeeze(-1)
+
+
+def test_bc_config_errors_name_the_key():
+    with pytest.raises(ConfigError, match="bc_weight"):
+        SACConfig(bc_weight=-1.0)

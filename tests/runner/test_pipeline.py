@@ -24,7 +24,7 @@ TINY = ["experiment=arm_reach_o2o", "train.num_envs=8", "train.total_env_steps=9
         "train.progress=false", "policy.actor_hidden=[16]", "policy.critic_hidden=[16]",
         "pipeline.demos.episodes=8", "pipeline.bc.updates=20", "pipeline.bc.batch_size=32",
         "pipeline.offline.updates=6", "pipeline.offline.eval_every=3", "pipeline.offline.algo.batch_size=32",
-        "pipeline.offline.algo.num_samples=2", "pipeline.online.warmup_steps=32", "pipeline.online.eval_every=32",
+        "pipeline.online.warmup_steps=32", "pipeline.online.eval_every=32",
         "pipeline.online.eval_episodes=4", "algo.batch_size=32", "algo.utd_ratio=0.25"]
 
 
@@ -32,8 +32,12 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_stages_write_metrics_and_checkpoints(tmp_path):
-    summary = Pipeline(compose(TINY), tmp_path).learn()
+CALQL = ["~pipeline.offline.algo", "+pipeline.offline.algo={name: calql, batch_size: 32, num_samples: 2}"]
+
+
+@pytest.mark.parametrize("offline", ["iql", "calql"])
+def test_stages_write_metrics_and_checkpoints(tmp_path, offline):
+    summary = Pipeline(compose(TINY + (CALQL if offline == "calql" else [])), tmp_path).learn()
     assert summary["env_steps"] == 96 and summary["eval/episodes"] == 8
     for stage in ("bc", "offline", "online"):
         assert (tmp_path / stage / "checkpoints" / "final" / "model.safetensors").exists(), stage
