@@ -10,6 +10,8 @@
     batch["next_value"] V of the true next state: V(final_obs) where an episode
                         was truncated, V(next obs) otherwise (GAE zeroes it on
                         termination)
+    batch["mask"]       envs with next-step autoreset (Isaac Gym): False on the step after a done,
+                        whose action only reset the env; losses and replay skip it
     stats = collector.pop_episode_stats()   # finished episodes since last pop
 """
 
@@ -35,6 +37,7 @@ class Collector:
         self.episode_length = torch.zeros(n, dtype=torch.long, device=device)
         self._finished: list[torch.Tensor] = []  # rows of (return, length, success) per done step
         self._buffer: TensorDict | None = None
+        self.next_step_autoreset = getattr(env, "autoreset_mode", None) == "next_step"
 
     def reset(self, seed: int | None = None) -> None:
         self.obs = self.env.reset(seed=seed)
@@ -68,6 +71,9 @@ class Collector:
                 },
                 batch_size=[env.num_envs],
             )
+            autoreset = info["autoreset"] if self.next_step_autoreset else None
+            if autoreset is not None:
+                step[keys.MASK] = ~autoreset
             if extras:  # e.g. a denoising chain: what policy.evaluate needs to score the action again
                 step[keys.EXTRAS] = TensorDict(extras, batch_size=[env.num_envs])
             if self.keep_next_obs:
@@ -82,16 +88,16 @@ class Collector:
             if truncated.any():
                 # bootstrap a time-limit cut from the final observation, not the reset one
                 buf["next_value"][t] = policy.value(info["final_obs"])
-            self._track(reward, done, info)
+            self._track(reward, done, info, autoreset)
             self.obs = next_obs
         # V(s_{t+1}) is the value the policy computed at t+1; the last step needs one more critic pass
         next_value = torch.cat([buf[keys.VALUE][1:], policy.value(self.obs).unsqueeze(0)])
         buf["next_value"] = torch.where(buf[keys.TRUNCATED], buf["next_value"], next_value)
         return buf
 
-    def _track(self, reward: torch.Tensor, done: torch.Tensor, info: dict) -> None:
+    def _track(self, reward: torch.Tensor, done: torch.Tensor, info: dict, autoreset: torch.Tensor | None) -> None:
         self.episode_return += reward
-        self.episode_length += 1
+        self.episode_length += 1 if autoreset is None else (~autoreset).long()
         if done.any():
             success = info.get(keys.SUCCESS, torch.zeros_like(done))
             rows = torch.stack([self.episode_return, self.episode_length.float(), success.float()], -1)

@@ -65,10 +65,11 @@ class PPO:
                 batch[keys.REWARD], batch[keys.VALUE], batch["next_value"],
                 batch[keys.TERMINATED].float(), batch[keys.DONE].float(), cfg.gamma, cfg.lam,
             )
+            mask = batch.get(keys.MASK, None)  # False on steps that carry no decision (next-step autoreset)
             if cfg.normalize_advantage:
-                advantage = normalize(advantage)
-        extras = [keys.EXTRAS] if keys.EXTRAS in batch.keys() else []  # e.g. denoising chains, for evaluate
-        flat = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.VALUE, *extras).reshape(-1)
+                advantage = normalize(advantage, mask)
+        optional = [k for k in (keys.EXTRAS, keys.MASK) if k in batch.keys()]  # extras: e.g. denoising chains
+        flat = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.VALUE, *optional).reshape(-1)
         flat[keys.ADVANTAGE] = advantage.reshape(-1)
         flat[keys.RETURN] = ret.reshape(-1)
         size = flat.batch_size[0]
@@ -93,7 +94,7 @@ class PPO:
         log_prob, entropy, value = self.policy.evaluate(mb[keys.OBS], mb[keys.ACTION], mb.get(keys.EXTRAS, None))
         loss, metrics = ppo_loss(
             log_prob, mb[keys.LOG_PROB], mb[keys.ADVANTAGE], value, mb[keys.VALUE], mb[keys.RETURN], entropy,
-            clip=cfg.clip, dual_clip=cfg.dual_clip, value_clip=cfg.value_clip,
+            mb.get(keys.MASK, None), clip=cfg.clip, dual_clip=cfg.dual_clip, value_clip=cfg.value_clip,
             value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, agg="token-mean",
         )
         if not torch.isfinite(loss):

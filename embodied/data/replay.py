@@ -169,7 +169,8 @@ def transitions_from_rollout(rollout: TensorDict) -> TensorDict:
     Needs `next_obs`: a Collector built with `keep_next_obs=True` stores there the observation each
     action led to, the env's `final_obs` where the episode ended (auto-reset replaced the returned one).
     Kept: obs, next_obs, action, reward, terminated, truncated, and is_intervention / success / mc_return
-    when present; on-policy entries (log_prob, value, next_value) are dropped.
+    when present; on-policy entries (log_prob, value, next_value) are dropped, and so are the steps
+    whose `mask` is False (next-step autoreset: the action only reset the env).
     """
     if rollout.batch_dims != 2:
         raise ValueError(f"transitions_from_rollout wants a time-major rollout [T, N], got {list(rollout.batch_size)}")
@@ -181,4 +182,7 @@ def transitions_from_rollout(rollout: TensorDict) -> TensorDict:
     if missing:
         raise KeyError(f"transitions_from_rollout: rollout lacks {missing}; it has {sorted(rollout.keys())}")
     optional = [k for k in (keys.IS_INTERVENTION, keys.SUCCESS, keys.MC_RETURN) if k in rollout.keys()]
-    return rollout.select(*wanted, *optional).reshape(-1)
+    flat = rollout.select(*wanted, *optional).reshape(-1)
+    if keys.MASK in rollout.keys():
+        flat = flat[rollout[keys.MASK].reshape(-1)]
+    return flat

@@ -100,3 +100,41 @@ def test_real_isaacgym_cartpole():
         pytest.skip("isaacgym / isaacgymenvs are not installed")
     result = subprocess.run([sys.executable, "-c", REAL], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+
+
+def test_collector_masks_the_reset_step_for_ppo_and_replay():
+    """The step after a done only resets the env (next-step autoreset): the Collector marks it
+    mask=False, episode lengths skip it, replay drops it and PPO's update ignores whatever it holds."""
+    from embodied.algorithms.ppo import PPO, PPOConfig
+    from embodied.data.replay import transitions_from_rollout
+    from embodied.rollout import Collector
+
+    env, _ = make(max_episode_length=5)
+    torch.manual_seed(0)
+    policy = registry.build("policy", "mlp", {}, observation_spec=env.observation_spec, action_spec=env.action_spec)
+    collector = Collector(env, policy, steps=12)
+    collector.reset(seed=0)
+    rollout = collector.collect()
+    done = rollout[keys.DONE]
+    expected = torch.ones_like(done)
+    expected[1:] = ~done[:-1]
+    assert done.any() and torch.equal(rollout[keys.MASK], expected)
+    assert collector.pop_episode_stats()["length"] == env.max_episode_steps  # 4, not 5
+    # masked steps hold garbage that must not move the weights
+    garbage = rollout.clone()
+    masked = ~rollout[keys.MASK]
+    garbage[keys.ACTION][masked] = 50.0
+    garbage[keys.REWARD][masked] = 1e3
+    weights = []
+    for batch in (rollout, garbage):
+        torch.manual_seed(1)
+        net = registry.build("policy", "mlp", {}, observation_spec=env.observation_spec, action_spec=env.action_spec)
+        net.load_state_dict(policy.state_dict())
+        PPO(PPOConfig(epochs=2, minibatches=2), net).update(batch)
+        weights.append(net.state_dict())
+    for key in weights[0]:
+        assert torch.equal(weights[0][key], weights[1][key]), key
+    with_next = Collector(env, policy, steps=12, keep_next_obs=True)
+    with_next.reset(seed=0)
+    rollout = with_next.collect()
+    assert len(transitions_from_rollout(rollout)) == int(rollout[keys.MASK].sum()) < 12 * 4
