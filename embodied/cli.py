@@ -6,6 +6,7 @@
     embodied deploy <run dir or checkpoint> robot=<name> [robot.key=value ...] [--dry-run] [--export DIR]
     embodied correct <run or checkpoint> robot=<name> teleop=<device> [--episodes N] [--store DIR]
                                                                 # human-in-the-loop corrections
+    embodied classifier <session store> --out DIR               # success classifier from the labelled frames
     embodied list                                               # registered envs, policies, algorithms
 """
 
@@ -227,12 +228,15 @@ def correct_cmd(argv: list[str]) -> int:
     parser.add_argument("--learner", default="local", help="local (in process), none, or tcp://host:port of a learner")
     parser.add_argument("--on-learner-lost", default="continue", choices=["continue", "hold"])
     parser.add_argument("--rewind-steps", type=int, default=20)
+    parser.add_argument("--reward-classifier", type=Path, default=None,
+                        help="a classifier from `embodied classifier`: ends an episode with reward 1 when it fires")
     parser.add_argument("--no-status", action="store_true", help="no live status line")
     args = parser.parse_args(argv)
     try:
         settings = SessionSettings(episodes=args.episodes, steps=args.steps, control_hz=args.hz, store=args.store,
                                    learner=args.learner, on_learner_lost=args.on_learner_lost,
-                                   rewind_steps=args.rewind_steps, status=not args.no_status)  # fmt: skip
+                                   rewind_steps=args.rewind_steps, reward_classifier=args.reward_classifier,
+                                   status=not args.no_status)  # fmt: skip
         for item in args.overrides:
             key, sep, value = item.partition("=")
             group = key.split(".")[0]
@@ -257,6 +261,40 @@ def correct_cmd(argv: list[str]) -> int:
     return 0
 
 
+def classifier_cmd(argv: list[str]) -> int:
+    """Train a success classifier on a correction session's labelled frames (embodied/hil/reward_classifier.py)."""
+    from embodied.data.store import EpisodeStore
+    from embodied.hil.reward_classifier import RewardClassifierConfig, labelled_frames, save_classifier, train_classifier
+
+    parser = argparse.ArgumentParser(prog="embodied classifier",
+                                     description="Train a reward classifier on the frames labelled in correction sessions.")
+    parser.add_argument("store", type=Path, help="a session's --store directory (or its episodes.zarr)")
+    parser.add_argument("--out", type=Path, required=True, help="where classifier.safetensors and .json are written")
+    parser.add_argument("--updates", type=int, default=RewardClassifierConfig.updates)
+    parser.add_argument("--success-frames", type=int, default=RewardClassifierConfig.success_frames,
+                        help="last rows of a success episode that show success")
+    parser.add_argument("--threshold", type=float, default=RewardClassifierConfig.threshold)
+    parser.add_argument("--state-indices", default=None, help="comma-separated state dimensions to read (default: all)")
+    args = parser.parse_args(argv)
+    path = args.store if args.store.suffix == ".zarr" else args.store / "episodes.zarr"
+    try:
+        if not path.exists():
+            raise FileNotFoundError(f"no episode store at {path}")
+        indices = None if args.state_indices is None else tuple(int(i) for i in args.state_indices.split(","))
+        config = RewardClassifierConfig(updates=args.updates, success_frames=args.success_frames, threshold=args.threshold,
+                                        state_indices=indices)  # fmt: skip
+        with EpisodeStore(path) as store:
+            frames, labels, episode = labelled_frames(store, config.success_frames)
+        model, report = train_classifier(frames, labels, episode, config, progress=True)
+    except (FileNotFoundError, KeyError, ValueError) as err:
+        print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
+        return 1
+    save_classifier(model, args.out)
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in report.items()}))
+    print(f"classifier written to {args.out}; use it with: embodied correct <run> ... --reward-classifier {args.out}")
+    return 0
+
+
 def list_cmd() -> int:
     from embodied import registry
 
@@ -272,6 +310,7 @@ def list_cmd() -> int:
 def main() -> None:
     argv = sys.argv[1:]
     commands = {"train": train, "eval": evaluate_cmd, "deploy": deploy_cmd, "correct": correct_cmd,
+                "classifier": classifier_cmd,
                 "list": lambda _argv: list_cmd()}
     if not argv or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr)

@@ -58,6 +58,7 @@ class SessionSettings:
     learner_params: dict[str, Any] = field(default_factory=dict)
     on_learner_lost: str = "continue"  # continue (keep the last weights) | hold (zero action until it returns)
     rewind_steps: int = 20
+    reward_classifier: Path | None = None  # a trained success classifier: ends episodes with reward 1 when it fires
     status: bool = True
 
     def __post_init__(self):
@@ -197,6 +198,10 @@ def run_session(path: Path, settings: SessionSettings) -> list[dict[str, Any]]:
     summaries = []
     with ExitStack() as stack:
         env, rewinder = build_env(settings, config, stack)
+        if settings.reward_classifier is not None:
+            from embodied.hil.reward_classifier import ClassifierReward, load_classifier
+
+            env = ClassifierReward(env, load_classifier(settings.reward_classifier))
         policy = make_policy(config, env)
         policy.load_state_dict(checkpoint.load_model(ckpt, env.device))
         if hasattr(getattr(env, "adapter", None), "warm_up"):

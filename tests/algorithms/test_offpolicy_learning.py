@@ -28,6 +28,17 @@ def test_bc_on_noisy_expert_demos_reaches_40_percent(tmp_path):
 
 
 @pytest.mark.slow
+def test_offline_to_online_reaches_80_percent_within_16k_online_steps(tmp_path):
+    """Budget: the arm_reach_o2o defaults (200 demos, BC, 2,000 IQL updates, RLPD + decaying BC) and 16,000
+    online env steps (about 5 minutes on a free core). Seed 0 measured 80% at 10k and 92% at 12k
+    (benchmarks/RESULTS.md); SAC from scratch is near 10% at 40k."""
+    overrides = ["experiment=arm_reach_o2o", *SMALL_NETS, "train.total_env_steps=16000"]
+    Pipeline(compose(overrides), tmp_path).learn()
+    curve = read_metrics(tmp_path / "online")
+    assert max(r["eval/success"] for r in curve if "eval/success" in r) >= 0.8, curve[-1]
+
+
+@pytest.mark.slow
 def test_sac_from_scratch_raises_the_return_on_arm_reach(tmp_path):
     """Budget: 40,000 env steps, 20,000 SAC updates (10-15 minutes on 2 cores)."""
     overrides = ["experiment=arm_reach_sac", *SMALL_NETS, "algo.utd_ratio=0.5", "train.total_env_steps=40000"]
