@@ -42,7 +42,8 @@ def run(seed: int, hil: bool, args) -> dict:
     policy = registry.build("policy", "sac_mlp", {"actor_hidden": hidden, "critic_hidden": hidden, "num_critics": 10,
                                                   "layer_norm": True}, observation_spec=env.observation_spec,
                             action_spec=env.action_spec)  # fmt: skip
-    algo = registry.build("algo", "rlpd", {"batch_size": args.batch_size, "utd_ratio": args.utd}, policy=policy)
+    algo = registry.build("algo", "rlpd", {"batch_size": args.batch_size, "utd_ratio": args.utd, "init_alpha": args.init_alpha,
+                                           "bc_weight": args.bc_weight}, policy=policy)  # fmt: skip
     learner = Learner(policy, algo, LearnerConfig(min_buffer=args.batch_size, buffer_capacity=200_000,
                                                   max_updates_per_call=10**9), seed=seed)  # fmt: skip
     operator = (scripted_operator(env, "arm_reach", ScriptedOperatorConfig(action_dim=4, min_steps=10, max_per_episode=2))
@@ -81,6 +82,9 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--utd", type=float, default=1.0, help="RLPD uses 20; 1 keeps a CPU run affordable")
+    parser.add_argument("--init-alpha", type=float, default=1.0, help="initial SAC temperature (RLPD: 1.0)")
+    parser.add_argument("--bc-weight", type=float, default=0.0,
+                        help="algo.bc_weight: behaviour cloning on the intervention rows (the demo source)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     results = {}

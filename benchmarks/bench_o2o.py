@@ -84,25 +84,36 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--utd", type=float, default=0.5, help="gradient steps per env step, both methods")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--out", default="runs/bench_o2o")
+    p.add_argument("--collect", nargs="+", default=None, metavar="DIR",
+                   help="no training: read the <method>_seed<s> runs under these --out dirs of earlier invocations")
     p.add_argument("override", nargs="*", help="extra key=value overrides for both methods")
     args = p.parse_args(argv)
     curves: dict[str, dict[int, list]] = {m: {} for m in args.methods}
-    for seed in args.seeds:
-        for method in args.methods:
-            curves[method][seed] = run(method, seed, args)
+    if args.collect:
+        for run_dir in sorted(d for root in args.collect for d in Path(root).glob("*_seed*")):
+            method, seed = run_dir.name.rsplit("_seed", 1)
+            if method in curves:
+                rows = read_metrics(run_dir / "online")
+                curves[method][int(seed)] = [(r["env_steps"], r["eval/success"]) for r in rows if "eval/success" in r]
+        args.seeds = sorted(set().union(*(c.keys() for c in curves.values())))
+    else:
+        for seed in args.seeds:
+            for method in args.methods:
+                curves[method][seed] = run(method, seed, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "o2o_results.json").write_text(json.dumps({"args": vars(args), "curves": curves}, indent=1))
     plot(curves, args.threshold, out / "o2o_curves.png")
-    print(f"\nonline env steps to {args.threshold:.0%} eval success (budget {args.steps:,}; '>' = not reached)")
+    print(f"\nonline env steps to {args.threshold:.0%} eval success ('>' = not reached within the run's budget)")
     print("| seed | " + " | ".join(args.methods) + " | ratio scratch / o2o |\n|---|" + "---|" * (len(args.methods) + 1))
     ratios = []
     for seed in args.seeds:
         hits = {m: steps_to(curves[m][seed], args.threshold) for m in args.methods}
-        cells = [f"{h:,}" if h is not None else f">{args.steps:,}" for h in hits.values()]
+        budget = {m: curves[m][seed][-1][0] for m in args.methods}  # the last evaluated step of each run
+        cells = [f"{h:,}" if h is not None else f">{budget[m]:,}" for m, h in hits.items()]
         ratio = ""
         if {"o2o", "scratch"} <= set(hits) and hits["o2o"] is not None:
-            scratch = hits["scratch"] if hits["scratch"] is not None else args.steps
+            scratch = hits["scratch"] if hits["scratch"] is not None else budget["scratch"]
             ratio = f"{'>=' if hits['scratch'] is None else ''}{scratch / max(hits['o2o'], args.eval_every):.1f}x"
             ratios.append(scratch / max(hits["o2o"], args.eval_every))
         print(f"| {seed} | " + " | ".join(cells) + f" | {ratio} |")
