@@ -10,7 +10,8 @@ A stage with a final checkpoint is done: resuming loads its weights and moves
 on; a stage with only `latest` continues from it. Every stage trains the same
 policy, so weights flow from imitation to offline RL (`pipeline.offline.algo`:
 Cal-QL or IQL) to online RL (the run's `algo`: SAC or RLPD; WSRL is the online
-stage with `offline_fraction: 0` and `warmup_steps > 0`). Demonstrations come
+stage with `offline_fraction: 0` and `warmup_steps > 0`; an on-policy algo, `algo=ppo`
+with `policy=mlp`, fine-tunes through the ordinary `Trainer` loop in `online/`). Demonstrations come
 from the env's scripted expert (`embodied.demos.EXPERTS`), regenerated from the run's seed, so
 a resumed run sees the same data.
 """
@@ -37,7 +38,7 @@ from embodied.runner import checkpoint
 from embodied.runner.evaluate import evaluate
 from embodied.runner.logger import RunLogger, plot_curve, read_metrics
 from embodied.runner.offpolicy import OffPolicyLoop, OnlineConfig
-from embodied.runner.trainer import TrainConfig, make_env, make_policy
+from embodied.runner.trainer import TrainConfig, Trainer, make_env, make_policy
 
 # env name -> its scripted expert, `fn(env) -> action [N, A]` (imported only when demos are made)
 STAGES = ("bc", "offline", "online")
@@ -205,6 +206,8 @@ class Pipeline:
     def run_bc(self, demos: TensorDict) -> None:
         cfg, policy = self.cfg.bc, self.policy
         buffer = _buffer(demos, self.device)
+        if hasattr(policy, "observe"):
+            policy.observe(demos[keys.OBS])  # an in-network observation normalizer starts from the demos' statistics
         params = policy.actor_params() if hasattr(policy, "actor_params") else list(policy.parameters())
         optimizer = torch.optim.Adam(params, lr=cfg.lr)
         (self.run_dir / "bc" / "metrics.jsonl").unlink(missing_ok=True)  # short: an interrupted BC stage starts over
@@ -244,6 +247,8 @@ class Pipeline:
         self._save("offline", "final", final_state)
 
     def run_online(self, demos: TensorDict | None) -> int:
+        if not getattr(registry.resolve("algo", self.config["algo"]["name"]), "needs_replay", False):
+            return self.run_online_on_policy()
         cfg, config = self.cfg.online, self.config
         algo = registry.build("algo", config["algo"]["name"], _params(config["algo"]), policy=self.policy)
         offline_final = self.run_dir / "offline" / "checkpoints" / "final"
@@ -282,6 +287,19 @@ class Pipeline:
         self._save("online", "final", {"env_steps": loop.env_steps})
         plot_curve(stage_dir, title=f"{config['name']} online, seed {config['seed']}")
         return loop.env_steps
+
+    def run_online_on_policy(self) -> int:
+        """On-policy fine-tuning (PPO) of the policy so far: the Trainer loop with its own checkpoints in online/."""
+        stage_dir = self.run_dir / "online"
+        if (stage_dir / "checkpoints" / "latest" / "model.safetensors").exists():
+            trainer = Trainer.resume(stage_dir)
+        else:
+            # the pipeline evaluates at the end; the inner loop need not
+            trainer = Trainer({**self.config, "train": {**self.config["train"], "eval_episodes": 0}}, stage_dir)
+            trainer.policy.load_state_dict(self.policy.state_dict())
+        trainer.learn()
+        self.policy.load_state_dict(trainer.policy.state_dict())
+        return trainer.env_steps
 
     # --- helpers ---------------------------------------------------------------------------
     def _eval(self, prefix: str) -> dict[str, float]:
