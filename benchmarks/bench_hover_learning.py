@@ -28,7 +28,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--experiment", default="quadrotor_hover")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    extra = [a for a in argv if "=" in a and not a.startswith("-")]  # key=value overrides, anywhere on the line
+    args = parser.parse_args([a for a in argv if a not in extra])
+    args.overrides = extra
     rows = []
     for seed in args.seeds:
         with tempfile.TemporaryDirectory() as tmp:

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=40_000, help="online env-step budget of both methods")
-    p.add_argument("--threshold", type=float, default=0.5, help="eval success rate to reach")
+    p.add_argument("--threshold", type=float, default=0.8, help="eval success rate to reach")
     p.add_argument("--eval-every", type=int, default=2_000)
     p.add_argument("--eval-episodes", type=int, default=100)
     p.add_argument("--width", type=int, default=128, help="hidden width of actor and critics (2 layers)")
@@ -87,7 +87,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--collect", nargs="+", default=None, metavar="DIR",
                    help="no training: read the <method>_seed<s> runs under these --out dirs of earlier invocations")
     p.add_argument("override", nargs="*", help="extra key=value overrides for both methods")
-    args = p.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    extra = [a for a in argv if "=" in a and not a.startswith("-")]  # key=value overrides, anywhere on the line
+    args = p.parse_args([a for a in argv if a not in extra])
+    args.override = extra
     curves: dict[str, dict[int, list]] = {m: {} for m in args.methods}
     if args.collect:
         for run_dir in sorted(d for root in args.collect for d in Path(root).glob("*_seed*")):
@@ -108,9 +111,10 @@ def main(argv: list[str] | None = None) -> None:
     print("| seed | " + " | ".join(args.methods) + " | ratio scratch / o2o |\n|---|" + "---|" * (len(args.methods) + 1))
     ratios = []
     for seed in args.seeds:
-        hits = {m: steps_to(curves[m][seed], args.threshold) for m in args.methods}
-        budget = {m: curves[m][seed][-1][0] for m in args.methods}  # the last evaluated step of each run
-        cells = [f"{h:,}" if h is not None else f">{budget[m]:,}" for m, h in hits.items()]
+        hits = {m: steps_to(curves[m][seed], args.threshold) for m in args.methods if seed in curves[m]}
+        budget = {m: curves[m][seed][-1][0] for m in hits}  # the last evaluated step of each run
+        cells = [("-" if m not in hits else f"{hits[m]:,}" if hits[m] is not None else f">{budget[m]:,}")
+                 for m in args.methods]
         ratio = ""
         if {"o2o", "scratch"} <= set(hits) and hits["o2o"] is not None:
             scratch = hits["scratch"] if hits["scratch"] is not None else budget["scratch"]
