@@ -195,11 +195,7 @@ def deploy_cmd(argv: list[str]) -> int:
             if key == "robot":
                 settings.robot = value
             else:  # robot.a.b=v -> {"a": {"b": v}}
-                *parents, leaf = key.removeprefix("robot.").split(".")
-                node = settings.robot_params
-                for part in parents:
-                    node = node.setdefault(part, {})
-                node[leaf] = yaml.safe_load(value)
+                _set_nested(settings.robot_params, key.removeprefix("robot."), yaml.safe_load(value))
         if args.course:
             settings.course = [tuple(float(x) for x in p.split(",")) for p in args.course.split(";")]
         summaries = deploy(args.path, settings)
@@ -209,6 +205,14 @@ def deploy_cmd(argv: list[str]) -> int:
     for summary in summaries:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
     return 0
+
+
+def _set_nested(node: dict, dotted: str, value) -> None:
+    """node["a"]["b"] = value for dotted "a.b", creating the dicts on the way."""
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
 
 
 def correct_cmd(argv: list[str]) -> int:
@@ -246,11 +250,7 @@ def correct_cmd(argv: list[str]) -> int:
             if key in ("robot", "teleop"):
                 setattr(settings, key, value)
             else:
-                node = getattr(settings, f"{group}_params")
-                *parents, leaf = key.split(".")[1:]
-                for part in parents:
-                    node = node.setdefault(part, {})
-                node[leaf] = yaml.safe_load(value)
+                _set_nested(getattr(settings, f"{group}_params"), key.split(".", 1)[1], yaml.safe_load(value))
         summaries = run_session(args.path, settings)
     except (FileNotFoundError, KeyError, ValueError, RuntimeError) as err:
         print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
