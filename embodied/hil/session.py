@@ -296,9 +296,12 @@ class _Status:
     def __init__(self, enabled: bool):
         self.live, self.next, self.successes, self.done = None, 0.0, 0, 0
         if enabled:
+            from rich.console import Console
             from rich.live import Live
 
-            self.live = Live("", refresh_per_second=4, transient=False)
+            # a console of its own, on today's stdout: rich's global one may have been made earlier for another
+            # stream (a progress bar in the parent of a forked session) and would then never refresh here
+            self.live = Live("", refresh_per_second=4, transient=False, console=Console())
             self.live.start()
 
     def update(self, episode, step, rows, learning, rewinds, hold) -> None:

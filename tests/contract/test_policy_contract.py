@@ -55,12 +55,17 @@ def test_bc_loss_trains(policy_name, env_name):
     batch = TensorDict({keys.OBS: obs, keys.ACTION: target}, batch_size=[N])
     opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
     first = policy.bc_loss(batch)
+    losses = []
     for _ in range(100):
         loss = policy.bc_loss(batch)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    assert torch.isfinite(loss) and loss < first - 1.0
+        losses.append(loss.item())
+    # the median of the last 20 steps: at lr 1e-2 a squashed Gaussian's NLL on 6 random targets swings by tens
+    # from step to step (sac_mlp on mujoco_pick: -4 one step, +60 a few later), so the final value alone is noise
+    late = torch.tensor(losses[-20:])
+    assert torch.isfinite(late).all() and late.median() < first - 1.0, losses[-20:]
 
 
 @pytest.mark.parametrize("env_name", ENVS)
