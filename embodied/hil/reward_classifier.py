@@ -31,10 +31,9 @@ from torch import nn
 from embodied import keys
 from embodied.config import check
 from embodied.envs import VecEnv
+from embodied.hil.session import FAILURE_LABEL, SUCCESS_LABEL
 from embodied.specs import Spec
 from policies.common.nets import ObsEncoder, value_mlp
-
-SUCCESS_LABEL, FAILURE_LABEL = 1, 0  # the session's episode labels (embodied.hil.session)
 
 
 @dataclass(frozen=True)
@@ -179,7 +178,7 @@ def save_classifier(model: RewardClassifier, path: str | Path) -> None:
     (path / "classifier.json").write_text(json.dumps({"config": asdict(model.config), "observation_spec": spec}, indent=1))
 
 
-def load_classifier(path: str | Path, threshold: float | None = None) -> RewardClassifier:
+def load_classifier(path: str | Path) -> RewardClassifier:
     path = Path(path)
     if not (path / "classifier.json").exists():
         raise FileNotFoundError(f"no reward classifier at {path} (classifier.json and classifier.safetensors)")
@@ -188,8 +187,6 @@ def load_classifier(path: str | Path, threshold: float | None = None) -> RewardC
     config["hidden"] = tuple(config["hidden"])
     if config["state_indices"] is not None:
         config["state_indices"] = tuple(config["state_indices"])
-    if threshold is not None:
-        config["threshold"] = threshold
     spec = {k: Spec(tuple(v["shape"]), getattr(torch, v["dtype"])) for k, v in meta["observation_spec"].items()}
     model = RewardClassifier(spec, RewardClassifierConfig(**config))
     model.load_state_dict(load_file(path / "classifier.safetensors"))

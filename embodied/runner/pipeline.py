@@ -206,8 +206,7 @@ class Pipeline:
     def run_bc(self, demos: TensorDict) -> None:
         cfg, policy = self.cfg.bc, self.policy
         buffer = _buffer(demos, self.device)
-        if hasattr(policy, "observe"):
-            policy.observe(demos[keys.OBS])  # an in-network observation normalizer starts from the demos' statistics
+        policy.observe(demos[keys.OBS])  # an in-network observation normalizer starts from the demos' statistics
         params = policy.actor_params() if hasattr(policy, "actor_params") else list(policy.parameters())
         optimizer = torch.optim.Adam(params, lr=cfg.lr)
         (self.run_dir / "bc" / "metrics.jsonl").unlink(missing_ok=True)  # short: an interrupted BC stage starts over
