@@ -1,10 +1,10 @@
-"""RLPD with vs without scripted-operator interventions on arm_reach: env steps to a success threshold.
+"""RLPD with vs without scripted-operator interventions: env steps to a success threshold.
 
-    .venv/bin/python benchmarks/bench_hil.py --seeds 0 1 2 --max-steps 60000 --threshold 0.8
+    .venv/bin/python benchmarks/bench_hil.py --env mujoco_push --seeds 0 1 2 --max-steps 60000 --threshold 0.8
 
 Both runs of a seed share everything (policy and critic sizes, RLPD settings, eval episodes) and run
 interleaved in this process; "hil" adds the scripted operator of embodied/hil/operators.py (the
-arm_reach scripted expert taking over under the DriftRule), whose rows are flagged
+env's scripted expert taking over under the DriftRule), whose rows are flagged
 `is_intervention` and copied into the demonstration buffer that RLPD samples 50/50 with the online
 one (HIL-SERL's recipe). Operator steps count as env steps. Evaluation: deterministic policy alone
 (no operator), `--eval-episodes` episodes every `--eval-every` env steps. Prints per-seed steps to
@@ -14,10 +14,16 @@ threshold and the median ratio (without / with).
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+from benchmarks.plots import plot_curves  # noqa: E402
 
 from embodied import registry
 from embodied.hil.intervention import InterventionActor
@@ -36,8 +42,9 @@ class _NoOperator(ScriptedOperator):
 
 def run(seed: int, hil: bool, args) -> dict:
     torch.manual_seed(seed)
-    env = registry.build("env", "arm_reach", {}, num_envs=args.num_envs)
-    eval_env = registry.build("env", "arm_reach", {}, num_envs=args.eval_episodes)
+    env = registry.build("env", args.env, {}, num_envs=args.num_envs)
+    eval_env = registry.build("env", args.env, {}, num_envs=args.eval_episodes)
+    dim = env.action_spec.shape[0]
     hidden = (args.hidden, args.hidden)
     policy = registry.build("policy", "sac_mlp", {"actor_hidden": hidden, "critic_hidden": hidden, "num_critics": 10,
                                                   "layer_norm": True}, observation_spec=env.observation_spec,
@@ -46,9 +53,9 @@ def run(seed: int, hil: bool, args) -> dict:
                                            "bc_weight": args.bc_weight}, policy=policy)  # fmt: skip
     learner = Learner(policy, algo, LearnerConfig(min_buffer=args.batch_size, buffer_capacity=200_000,
                                                   max_updates_per_call=10**9), seed=seed)  # fmt: skip
-    operator = (scripted_operator(env, "arm_reach", ScriptedOperatorConfig(action_dim=4, min_steps=10, max_per_episode=2))
-                if hil else _NoOperator(4))  # fmt: skip
-    random_policy = UniformPolicy(-1.0, 1.0, (4,), env.device)
+    config = ScriptedOperatorConfig(action_dim=dim, min_steps=args.min_steps, max_per_episode=args.max_per_episode)
+    operator = scripted_operator(env, args.env, config) if hil else _NoOperator(dim)
+    random_policy = UniformPolicy(-1.0, 1.0, (dim,), env.device)
     actor = InterventionActor(env, policy, operator)
     actor.reset(seed=seed)
     steps, curve, start, human = 0, [], time.perf_counter(), 0
@@ -70,9 +77,31 @@ def run(seed: int, hil: bool, args) -> dict:
     return {"reached": reached, "curve": curve, "operator_steps": human, "seconds": time.perf_counter() - start}
 
 
+def parse_logs(paths: list[Path]) -> dict[tuple[int, bool], list[tuple[int, float]]]:
+    """Curves {(seed, hil): [(env steps, success)]} from the per-evaluation lines `run` prints."""
+    line = re.compile(r"^\s+seed (\d+) (hil|rlpd)\s+(\d+) steps\s+success ([\d.]+)")
+    curves: dict[tuple[int, bool], list[tuple[int, float]]] = {}
+    for path in paths:
+        for match in filter(None, map(line.match, path.read_text().splitlines())):
+            seed, kind, steps, success = match.groups()
+            curves.setdefault((int(seed), kind == "hil"), []).append((int(steps), float(success)))
+    return curves
+
+
+def plot(curves: dict[tuple[int, bool], list[tuple[int, float]]], args) -> None:
+    by_method: dict[str, dict[int, list]] = {"RLPD": {}, "RLPD + scripted interventions": {}}
+    for (seed, hil), curve in curves.items():
+        by_method["RLPD + scripted interventions" if hil else "RLPD"][seed] = curve
+    plot_curves(by_method, args.threshold, args.plot, xlabel="env steps (operator steps included)",
+                title=f"{args.env}: RLPD with vs without interventions (one line per seed)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="arm_reach", help="an env with a scripted operator (embodied/hil/operators.py)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--min-steps", type=int, default=10, help="steps the operator keeps control once it took over")
+    parser.add_argument("--max-per-episode", type=int, default=2, help="operator takeovers per episode at most")
     parser.add_argument("--max-steps", type=int, default=60_000)
     parser.add_argument("--threshold", type=float, default=0.8)
     parser.add_argument("--num-envs", type=int, default=16)
@@ -85,7 +114,14 @@ def main() -> None:
     parser.add_argument("--init-alpha", type=float, default=1.0, help="initial SAC temperature (RLPD: 1.0)")
     parser.add_argument("--bc-weight", type=float, default=0.0,
                         help="algo.bc_weight: behaviour cloning on the intervention rows (the demo source)")
+    parser.add_argument("--plot", type=Path, default=None, help="write the success curves to this PNG")
+    parser.add_argument("--collect", type=Path, nargs="+", default=None, metavar="LOG",
+                        help="only plot: read the curves from logs this script printed (with --plot)")
     args = parser.parse_args()
+    if args.collect:
+        curves = parse_logs(args.collect)
+        plot(curves, args)
+        return
     torch.set_num_threads(1)
     results = {}
     for seed in args.seeds:  # interleaved: both conditions of a seed back to back
@@ -104,6 +140,8 @@ def main() -> None:
         last = f"{base['curve'][-1][1]:.2f} / {hil['curve'][-1][1]:.2f}" if base["curve"] and hil["curve"] else "-"
         bound = ">= " if not base["reached"] else ""
         print(f"| {seed} | {fmt(base['reached'])} | {fmt(hil['reached'])} | {hil['operator_steps']:,} | {bound}{ratio:.2f}x | {last} |")
+    if args.plot:
+        plot({(seed, hil): r["curve"] for (seed, hil), r in results.items()}, args)
     finite = [r for r in ratios if r == r]
     if finite:
         print(f"median ratio {statistics.median(finite):.2f}x (min {min(finite):.2f}x, max {max(finite):.2f}x); "

@@ -9,9 +9,10 @@ each alike (median and min-max over rounds):
 - ours: `MujocoReachEnv.step` (control=joint_delta): threads, observations, reward, auto-reset;
 - gym: `gymnasium.vector.SyncVectorEnv` of a `gymnasium.envs.mujoco.MujocoEnv` subclass doing
   the same per-env work (set targets, `do_simulation` 10 steps, observation, reward);
-- raw rollout: `mujoco.rollout` alone on the same states and controls (MuJoCo's thread
-  pool, as ours uses), i.e. the physics with no env around it: the overhead reference;
-- raw loop: one thread, `d.ctrl[:] = ...; mj_step(m, d, 10)` over N MjData.
+- raw rollout: `mujoco.rollout` alone (MuJoCo's thread pool, as ours uses) replaying exactly the
+  states and controls ours stepped in the same round, i.e. the same physics with no env around
+  it: the overhead reference;
+- raw loop: the same replay on one thread, `mj_setState; d.ctrl[:] = ...; mj_step(m, d, 10)` per env.
 Cameras: `CameraRenderer.render` of the front camera, frames/s at 64x64 and 128x128.
 """
 
@@ -87,31 +88,43 @@ def bench_stepping(num_envs: int, rounds: int, steps: int, xml_path: str) -> dic
     gen = torch.Generator().manual_seed(0)
     actions = [torch.rand(num_envs, 8, generator=gen) * 2 - 1 for _ in range(steps)]
     np_actions = [a.numpy() for a in actions]
-    # raw: the same states and controls as ours, physics only
-    raw_state = ours.physics.copy()
-    raw_ctrl = np.tile(np.r_[scene.HOME_QPOS, 0.02, 0.02], (num_envs, 1))
+    # raw: exactly the physics ours ran this round (its stepper's inputs, recorded), with no env around it
+    recorded: list[tuple[np.ndarray, np.ndarray]] = []
+    step_physics = ours.stepper.step
+
+    def recording_step(models, state, ctrl, nstep):
+        recorded.append((state.copy(), ctrl.copy()))
+        return step_physics(models, state, ctrl, nstep)
+
+    ours.stepper.step = recording_step
     model = ours.model
-    datas = [mujoco.MjData(model) for _ in range(num_envs)]
-    for d, row in zip(datas, raw_state):
-        mujoco.mj_setState(model, d, row, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+    data = mujoco.MjData(model)
+
+    def raw_rollout(t):
+        state, ctrl = recorded[t]
+        step_physics(ours.models, state.copy(), ctrl, SUBSTEPS)
 
     def raw_loop(t):
-        for d, c in zip(datas, raw_ctrl):
-            d.ctrl[:] = c
-            mujoco.mj_step(model, d, SUBSTEPS)
+        state, ctrl = recorded[t]
+        for row, c in zip(state, ctrl):
+            mujoco.mj_setState(model, data, row, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+            data.qacc_warmstart[:] = 0.0
+            data.ctrl[:] = c
+            mujoco.mj_step(model, data, SUBSTEPS)
 
-    contenders = {
+    contenders = {  # ours first in every round: the raw contenders replay what it recorded
         "ours": lambda t: ours.step(actions[t]),
         "gym SyncVectorEnv": lambda t: gym_env.step(np_actions[t]),
-        "raw rollout": lambda t: ours.stepper.step(ours.models, raw_state, raw_ctrl, SUBSTEPS),
+        "raw rollout": raw_rollout,
         "raw loop (1 thread)": raw_loop,
     }
-    for fn in contenders.values():  # warm-up
-        timed(fn, 3)
     times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
+    for round in range(rounds + 1):  # round 0 warms up
+        recorded.clear()
         for name, fn in contenders.items():
-            times[name].append(timed(fn, steps))
+            seconds = timed(fn, steps)
+            if round:
+                times[name].append(seconds)
     gym_env.close()
     ours.close()
     return times

@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
+from benchmarks.plots import plot_curves  # noqa: E402
 from embodied.cli import compose  # noqa: E402
 from embodied.runner.logger import read_metrics  # noqa: E402
 from embodied.runner.pipeline import Pipeline  # noqa: E402
@@ -49,28 +50,6 @@ def run(method: str, seed: int, args: argparse.Namespace) -> list[tuple[int, flo
 
 def steps_to(curve: list[tuple[int, float]], threshold: float) -> int | None:
     return next((steps for steps, success in curve if success >= threshold), None)
-
-
-def plot(curves: dict[str, dict[int, list]], threshold: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for method, by_seed in curves.items():
-        for i, (seed, curve) in enumerate(sorted(by_seed.items())):
-            xs, ys = zip(*curve)
-            ax.plot(xs, ys, color="C0" if method == "o2o" else "C1", alpha=0.8,
-                    label=f"{method} ({METHODS[method]})" if i == 0 else None)
-    ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"threshold {threshold:.0%}")
-    ax.set(xlabel="online env steps", ylabel="eval success rate", ylim=(-0.02, 1.02),
-           title="arm reach: offline-to-online vs online from scratch (one line per seed)")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,7 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "o2o_results.json").write_text(json.dumps({"args": vars(args), "curves": curves}, indent=1))
-    plot(curves, args.threshold, out / "o2o_curves.png")
+    labelled = {f"{method} ({METHODS[method]})": by_seed for method, by_seed in curves.items()}
+    plot_curves(labelled, args.threshold, out / "o2o_curves.png", xlabel="online env steps",
+                title="arm reach: offline-to-online vs online from scratch (one line per seed)")
     print(f"\nonline env steps to {args.threshold:.0%} eval success ('>' = not reached within the run's budget)")
     print("| seed | " + " | ".join(args.methods) + " | ratio scratch / o2o |\n|---|" + "---|" * (len(args.methods) + 1))
     ratios = []

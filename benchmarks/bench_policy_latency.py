@@ -4,7 +4,7 @@
 
 Rows (median and interquartile range of per-call times over interleaved rounds):
 - diffusion act, 10-step DDIM (deterministic)       vs  the one-step consistency student
-- raw forward of the same modules (encoder, 10 denoiser steps, critic; no TensorDict/ActOutput plumbing)
+- raw forward of the same modules (encoder, 10 denoiser steps; no TensorDict/ActOutput plumbing)
   vs the framework's `act`: the overhead the Policy contract adds
 - flow act (10 Euler steps) likewise.
 With --checkpoint (a diffusion BC run with distill_updates > 0) it also reports the success of both
@@ -42,8 +42,7 @@ def raw_ddim(policy, obs):
         k = policy.steps[i]
         pred = policy.denoiser(x, k.expand(1), cond)
         x, _ = ddim_step(x, pred, policy.ab[i], policy.ab_prev[i], policy.config.prediction, 0.0, policy.config.min_std)
-    value = policy.critic(cond)  # act returns the critic's value too: model compute, not framework overhead
-    return policy.action_norm.inverse(x[:, 0]).clamp(-1, 1), value
+    return policy.action_norm.inverse(x[:, 0]).clamp(-1, 1)  # deterministic act skips the critic
 
 
 def main() -> None:

@@ -29,6 +29,9 @@ Expert = Callable[[VecEnv], torch.Tensor]
 # env name -> its scripted expert (imported only when demonstrations are made)
 EXPERTS = {
     "arm_reach": "sims.arm_reach.scripted:scripted_action",
+    "mujoco_reach": "sims.mujoco.scripted:expert",
+    "mujoco_push": "sims.mujoco.scripted:expert",
+    "mujoco_pick": "sims.mujoco.scripted:expert",
     "quadrotor_hover": "sims.quadrotor.scripted:scripted_action",
     "quadrotor_waypoint": "sims.quadrotor.scripted:scripted_action",
 }

@@ -2,8 +2,10 @@
 
     out = policy.act(obs, deterministic=False)
     out.action    [N, A] (or a chunk [N, H, A], or tokens [N, L])
-    out.log_prob  [N]    log-probability of the action under the policy
-    out.value     [N]    critic estimate (zeros for critic-free policies)
+    out.log_prob  [N]    log-probability of the action under the policy ([N, S]: S steps each
+                         given its own PPO ratio, e.g. denoising steps with step_ratios)
+    out.value     [N]    critic estimate (zeros for critic-free policies; a policy may skip its
+                         critic under deterministic=True, which evaluation and deployment use)
     out.extras    dict   whatever `evaluate` needs to score the action again
                          (e.g. a denoising chain); stored in the rollout
     log_prob, entropy, value = policy.evaluate(obs, action, extras)

@@ -92,9 +92,12 @@ class PPO:
     def _step(self, mb: TensorDict) -> dict[str, torch.Tensor]:
         cfg = self.config
         log_prob, entropy, value = self.policy.evaluate(mb[keys.OBS], mb[keys.ACTION], mb.get(keys.EXTRAS, None))
+        mask = mb.get(keys.MASK, None)
+        if mask is not None and log_prob.dim() > mask.dim():  # one decision scored as several steps [B, S]
+            mask = mask.unsqueeze(-1)
         loss, metrics = ppo_loss(
             log_prob, mb[keys.LOG_PROB], mb[keys.ADVANTAGE], value, mb[keys.VALUE], mb[keys.RETURN], entropy,
-            mb.get(keys.MASK, None), clip=cfg.clip, dual_clip=cfg.dual_clip, value_clip=cfg.value_clip,
+            mask, clip=cfg.clip, dual_clip=cfg.dual_clip, value_clip=cfg.value_clip,
             value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, agg="token-mean",
         )
         if not torch.isfinite(loss):

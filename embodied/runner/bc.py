@@ -99,9 +99,12 @@ class ImitationTrainer(Trainer):
             self.policy.fit_normalizers(dataset)
         metrics = train_bc(self.policy, dataset, cfg.updates, cfg.batch_size, cfg.lr, cfg.value_coef, generator)
         if cfg.distill_updates:
-            from policies.diffusion.distill import distill  # only diffusion policies have a student
+            from policies.diffusion.distill import distill, teacher_observations  # only diffusion has a student
 
-            metrics.update(distill(self.policy, dataset, cfg.distill_updates, cfg.batch_size, cfg.lr, generator))
+            visited = teacher_observations(self.policy, env, seed=seed + 3_000_017)
+            observations = torch.cat([dataset.select(keys.OBS), visited])
+            metrics.update(distill(self.policy, observations, cfg.distill_updates, cfg.batch_size, cfg.lr, generator))
+            metrics["distill_rows"] = observations.batch_size[0]
         summary = {"train_seconds": time.perf_counter() - start, "demo_rows": dataset.batch_size[0],
                    "demo_success": float(episodes[keys.SUCCESS][0].float().mean()), **metrics}
         if cfg.eval_episodes:

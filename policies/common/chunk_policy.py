@@ -63,6 +63,9 @@ class ChunkPolicyConfig:
     time_dim: int = 32  # size of the sinusoidal time embedding
     critic_hidden: tuple[int, ...] = (256, 256)  # value MLP widths (DPPO's critic: 256 x 3)
     image_features: int = 64  # CNN features per camera, for envs with images/<cam> observations
+    # PPO ratio per denoising step (DPPO, Ren et al. 2024, eq. 5): log_prob [N, S], each step's ratio
+    # clipped on its own, instead of the chain's joint log-prob [N] whose ratio moves S times as fast
+    step_ratios: bool = False
 
     def __post_init__(self):
         check(self.horizon >= 1, f"policy.horizon={self.horizon} must be >= 1")
@@ -90,11 +93,11 @@ class ChunkPolicy(Policy):
 
     # --- what a subclass provides (all on normalized chunks [B, H, A]) ------------------
     def sample(self, cond: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """(chunk [B, H, A], log_prob [B] of the chain, extras) from cond [B, C]."""
+        """(chunk [B, H, A], log_prob of the chain ([B], or [B, S] with step_ratios), extras) from cond [B, C]."""
         raise NotImplementedError
 
     def chain_log_prob(self, cond: torch.Tensor, extras: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log_prob [B], entropy [B]) of the chain stored in extras under the current weights."""
+        """(log_prob, entropy) [B] (or [B, S] with step_ratios) of the chain in extras under the current weights."""
         raise NotImplementedError
 
     def denoising_loss(self, cond: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
@@ -105,7 +108,9 @@ class ChunkPolicy(Policy):
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOutput:
         cond = self.encoder(obs)
         chunk, log_prob, extras = self.sample(cond, deterministic)
-        return ActOutput(self.first_action(chunk), log_prob, self.critic(cond).squeeze(-1), extras)
+        # deterministic acting is evaluation and deployment, which never read the value: skip the critic
+        value = cond.new_zeros(cond.shape[0]) if deterministic else self.critic(cond).squeeze(-1)
+        return ActOutput(self.first_action(chunk), log_prob, value, extras)
 
     def evaluate(self, obs: TensorDict, action: torch.Tensor, extras: dict[str, Any] | None = None):
         if extras is None or "chain" not in extras:
@@ -130,6 +135,10 @@ class ChunkPolicy(Policy):
         return (per_element * mask.unsqueeze(-1)).sum((1, 2)).mean()
 
     # --- helpers ------------------------------------------------------------------------
+    def _per_chain(self, per_step: torch.Tensor) -> torch.Tensor:
+        """[B, S] per denoising step -> what PPO scores: the same with step_ratios, else the chain's sum [B]."""
+        return per_step if self.config.step_ratios else per_step.sum(-1)
+
     def first_action(self, chunk: torch.Tensor) -> torch.Tensor:
         """Normalized chunk [B, H, A] -> the env action [B, A] it executes, within the spec's bounds."""
         action = self.action_norm.inverse(chunk[:, 0])

@@ -13,6 +13,11 @@ x_n (n = steps remaining) instead of bootstrapping the target from the
 neighbouring point with an EMA network: the same fixed point, with an exact
 target, which costs S denoiser calls per batch and suits S = 10. A quarter of
 the trajectories start at x_K = 0, where the deterministic act() starts.
+
+The observations come from the demonstrations and from `teacher_observations`:
+the states the teacher itself visits when it acts in the env. Demonstrations
+alone leave the student unfitted off the expert's path, where the teacher (and
+so the student) drives on its own (measured: benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import torch
 from tensordict import TensorDict
 
 from embodied import keys
+from embodied.envs import VecEnv
 from policies.diffusion.policy import DiffusionPolicy
 
 ZERO_START_FRACTION = 0.25  # share of trajectories from x_K = 0 (the deterministic act's start)
@@ -54,3 +60,16 @@ def distill(policy: DiffusionPolicy, dataset: TensorDict, updates: int, batch_si
         optimizer.step()
         schedule.step()
     return {"distill_loss": float(loss)}
+
+
+@torch.no_grad()
+def teacher_observations(policy: DiffusionPolicy, env: VecEnv, seed: int) -> TensorDict:
+    """Observations [M] of one episode per env driven by the policy's deterministic DDIM sampler."""
+    obs, live, seen = env.reset(seed=seed), torch.ones(env.num_envs, dtype=torch.bool, device=env.device), []
+    for _ in range(env.max_episode_steps):
+        seen.append(obs[live])
+        obs, _, terminated, truncated, _ = env.step(policy.act(obs, deterministic=True).action)
+        live &= ~(terminated | truncated)
+        if not live.any():
+            break
+    return TensorDict({keys.OBS: torch.cat(seen)}, batch_size=[sum(o.batch_size[0] for o in seen)])

@@ -84,14 +84,13 @@ class DiffusionPolicy(ChunkPolicy):
             for i in range(cfg.sample_steps):
                 x, _ = self._step(x, i, cond, eta=0.0)
             return x, cond.new_zeros(b), {}
-        chain = [x]
-        log_prob = cond.new_zeros(b)
+        chain, log_probs = [x], []
         for i in range(cfg.sample_steps):
             mean, std = self._step(x, i, cond, cfg.eta)
             x = mean + std * torch.randn_like(mean)
-            log_prob = log_prob + gaussian_log_prob(x, mean, std).sum((1, 2))
+            log_probs.append(gaussian_log_prob(x, mean, std).sum((1, 2)))
             chain.append(x)
-        return x, log_prob, {"chain": torch.stack(chain, 1)}
+        return x, self._per_chain(torch.stack(log_probs, -1)), {"chain": torch.stack(chain, 1)}
 
     def one_step(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """The distilled student: noise x_K [B, H, A] -> chunk in one call (time input: S steps remain)."""
@@ -108,8 +107,8 @@ class DiffusionPolicy(ChunkPolicy):
         i = torch.arange(s, device=chain.device).repeat(b)
         mean, std = self._step(x, i, cond.repeat_interleave(s, 0), self.config.eta)
         nxt = chain[:, 1:].reshape_as(x)
-        log_prob = gaussian_log_prob(nxt, mean, std).view(b, -1).sum(-1)
-        return log_prob, gaussian_entropy(std).view(b, -1).sum(-1)
+        log_prob = gaussian_log_prob(nxt, mean, std).view(b, s, -1).sum(-1)
+        return self._per_chain(log_prob), self._per_chain(gaussian_entropy(std).view(b, s, -1).sum(-1))
 
     def denoising_loss(self, cond: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
         k = torch.randint(0, self.config.train_steps, (chunk.shape[0],), device=chunk.device)

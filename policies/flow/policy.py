@@ -54,6 +54,8 @@ class FlowConfig(ChunkPolicyConfig):
               f"policy.noise_method={self.noise_method!r}; valid choices: 'flow_noise', 'flow_sde'")
         check(0 < self.noise_min <= self.noise_max, "policy.noise_min must be in (0, policy.noise_max]")
         check(self.noise_level > 0, f"policy.noise_level={self.noise_level} must be > 0")
+        check(not (self.step_ratios and self.noise_method == "flow_sde"),
+              "policy.step_ratios applies to noise_method 'flow_noise': flow_sde has one stochastic step")
 
 
 class FlowPolicy(ChunkPolicy):
@@ -99,11 +101,11 @@ class FlowPolicy(ChunkPolicy):
         cfg, b = self.config, cond.shape[0]
         shape = (b, cfg.horizon, self.action_dim)
         x = cond.new_zeros(shape) if deterministic else torch.randn(shape, device=cond.device)
-        log_prob = cond.new_zeros(b)
         if deterministic:
             for i in range(cfg.sample_steps):
                 x, _ = self._step(x, torch.full((b,), i, device=cond.device), cond, "ode")
-            return x, log_prob, {}
+            return x, cond.new_zeros(b), {}
+        log_probs = []
         sde = cfg.noise_method == "flow_sde"
         index = torch.randint(0, cfg.sample_steps, (b,), device=cond.device)  # Flow-SDE: the stochastic step
         chain = [x]
@@ -118,14 +120,14 @@ class FlowPolicy(ChunkPolicy):
                 mean, std = torch.where(live, mean, ode_mean), torch.where(live, std, 0.0)
             x = mean + std * torch.randn_like(mean)
             if sde:
-                log_prob = log_prob + torch.where(live.view(-1), gaussian_log_prob(x, mean, std.clamp(min=1e-12)).sum((1, 2)), 0.0)
+                log_probs.append(torch.where(live.view(-1), gaussian_log_prob(x, mean, std.clamp(min=1e-12)).sum((1, 2)), 0.0))
             else:
-                log_prob = log_prob + gaussian_log_prob(x, mean, std).sum((1, 2))
+                log_probs.append(gaussian_log_prob(x, mean, std).sum((1, 2)))
             chain.append(x)
         extras = {"chain": torch.stack(chain, 1)}
         if sde:
             extras["index"] = index
-        return x, log_prob, extras
+        return x, self._per_chain(torch.stack(log_probs, -1)), extras
 
     def chain_log_prob(self, cond: torch.Tensor, extras: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         chain, cfg = extras["chain"], self.config
@@ -143,8 +145,8 @@ class FlowPolicy(ChunkPolicy):
         x = chain[:, :-1].reshape(b * s, *chain.shape[2:])
         i = torch.arange(s, device=chain.device).repeat(b)
         mean, std = self._step(x, i, cond.repeat_interleave(s, 0), "flow_noise")
-        log_prob = gaussian_log_prob(chain[:, 1:].reshape_as(x), mean, std).view(b, -1).sum(-1)
-        return log_prob, gaussian_entropy(std).view(b, -1).sum(-1)
+        log_prob = gaussian_log_prob(chain[:, 1:].reshape_as(x), mean, std).view(b, s, -1).sum(-1)
+        return self._per_chain(log_prob), self._per_chain(gaussian_entropy(std).view(b, s, -1).sum(-1))
 
     def denoising_loss(self, cond: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
         # low-discrepancy times: one per stratum of [0, 1) from a shared random offset, a lower-variance

@@ -187,8 +187,11 @@ class MujocoArmEnv(VecEnv):
         done = success | truncated
         info = {"success": torch.from_numpy(success).to(self.device), "final_obs": obs}
         if done.any():
-            self._reset_envs(np.flatnonzero(done))
-            obs = self._observe()
+            idx = np.flatnonzero(done)
+            self._reset_envs(idx)
+            tcp = q["tcp"].copy()
+            tcp[idx] = kin.joint_frames(self.physics[idx, 1:8]).tcp  # kinematics only where the state changed
+            obs = self._observe(self._quantities(tcp))
         dev = self.device
         reward = reward.astype(np.float32)
         reward, terminated, truncated = (torch.from_numpy(x).to(dev) for x in (reward, success, truncated))
@@ -234,10 +237,11 @@ class MujocoArmEnv(VecEnv):
         """[N, 7] arm joint angles, rad (a view into the physics state)."""
         return self.physics[:, 1:8]
 
-    def _quantities(self) -> dict[str, np.ndarray]:
+    def _quantities(self, tcp: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Task quantities of the current state; `tcp` [N, 3] when already known."""
         phys = self.physics
         return {
-            "tcp": kin.joint_frames(phys[:, 1:8]).tcp,
+            "tcp": kin.joint_frames(phys[:, 1:8]).tcp if tcp is None else tcp,
             "cube": phys[:, self.cube_qpos : self.cube_qpos + 3],
             "target": self.target,
             "grasped": (self.sensordata > 0.5).all(-1),  # N of normal force on each pad: a grasp, not a graze
@@ -259,10 +263,13 @@ class MujocoArmEnv(VecEnv):
         ctrl = np.concatenate([target, fingers, fingers], -1)
         self.physics, self.sensordata = self.stepper.step(self.models, self.physics, ctrl, cfg.substeps)
 
-    def _observe(self, q: dict[str, np.ndarray] | None = None) -> TensorDict:
-        q = self._quantities() if q is None else q
+    def observe_state(self) -> torch.Tensor:
+        """The `state` observation [N, 31] of the current step, without rendering (scripted experts)."""
+        return torch.from_numpy(self._state(self._quantities())).to(self.device)
+
+    def _state(self, q: dict[str, np.ndarray]) -> np.ndarray:
         phys, v = self.physics, self.qvel_col
-        state = np.concatenate(
+        return np.concatenate(
             [
                 2.0 * (phys[:, 1:8] - self.lower) / (self.upper - self.lower) - 1.0,
                 q["opening"][:, None] / (2 * scene.FINGER_MAX),
@@ -272,7 +279,10 @@ class MujocoArmEnv(VecEnv):
             ],
             -1,
         ).astype(np.float32)
-        out = {"state": torch.from_numpy(state), "language": self.instructions[torch.from_numpy(self.template)]}
+
+    def _observe(self, q: dict[str, np.ndarray] | None = None) -> TensorDict:
+        q = self._quantities() if q is None else q
+        out = {"state": torch.from_numpy(self._state(q)), "language": self.instructions[torch.from_numpy(self.template)]}
         if self.renderer is not None:
             rgb, depth = self.renderer.render(self.physics, self.target, self.camera, self.light)
             out["images"] = {c: torch.from_numpy(v) for c, v in rgb.items()}

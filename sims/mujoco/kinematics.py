@@ -49,17 +49,24 @@ class Frames(NamedTuple):
 
 
 def joint_frames(qpos: np.ndarray) -> Frames:
-    """Forward kinematics of qpos [N, 7] (rad) along the MJCF's body chain."""
+    """Forward kinematics of qpos [N, 7] (rad) along the MJCF's body chain.
+
+    Body i sits at P_i, turned by L_i, in its parent, and its joint turns it about its own z
+    axis: its frame is parent @ L_i @ Rz(q_i). The seven L_i @ Rz(q_i) are built in one go,
+    leaving seven batched 3x3 products (a third of the numpy calls of a per-joint build).
+    """
     n = qpos.shape[0]
-    rot, pos = np.tile(np.eye(3), (n, 1, 1)), np.tile(_BASE, (n, 1))
+    cos, sin = np.cos(qpos)[:, :, None], np.sin(qpos)[:, :, None]  # [N, 7, 1]
+    x, y, z = _LINK_ROT[:, :, 0], _LINK_ROT[:, :, 1], _LINK_ROT[:, :, 2]  # [7, 3] columns of each L_i
+    turned = np.empty((n, 7, 3, 3))
+    turned[..., 0], turned[..., 1], turned[..., 2] = cos * x + sin * y, cos * y - sin * x, z
     axes, origins = np.empty((n, 7, 3)), np.empty((n, 7, 3))
-    cos, sin = np.cos(qpos)[:, :, None], np.sin(qpos)[:, :, None]
-    for i in range(7):
+    rot, pos = turned[:, 0], _BASE + _LINK_POS[0]  # the base frame is the world's
+    axes[:, 0], origins[:, 0] = rot[:, :, 2], pos
+    for i in range(1, 7):
         pos = pos + rot @ _LINK_POS[i]
-        rot = rot @ _LINK_ROT[i]
-        axes[:, i], origins[:, i] = rot[:, :, 2], pos
-        x, y = rot[:, :, 0], rot[:, :, 1]  # rotate about the local z axis by q_i
-        rot = np.stack([cos[:, i] * x + sin[:, i] * y, cos[:, i] * y - sin[:, i] * x, rot[:, :, 2]], axis=-1)
+        rot = rot @ turned[:, i]
+        axes[:, i], origins[:, i] = rot[:, :, 2], pos  # Rz(q_i) keeps the z axis
     return Frames(axes, origins, pos + rot @ _TCP_POS, rot @ _HAND_ROT)
 
 

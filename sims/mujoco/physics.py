@@ -47,7 +47,7 @@ class RolloutStepper:
     def step(
         self, models: Sequence[mujoco.MjModel], state: np.ndarray, ctrl: np.ndarray, nstep: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        n, nu = ctrl.shape
+        n = ctrl.shape[0]
         key = (n, nstep)
         if key not in self._buffers:
             m = models[0]
@@ -57,7 +57,7 @@ class RolloutStepper:
                 np.zeros((n, m.nv)),  # cold warmstart: every call is a pure function of the state
             )
         states, sensors, warmstart = self._buffers[key]
-        control = np.ascontiguousarray(np.broadcast_to(ctrl[:, None, :], (n, nstep, nu)))
+        control = np.repeat(ctrl[:, None, :], nstep, axis=1)  # held for the nstep physics steps
         # chunks of about one per thread keep the pool's per-task overhead small (MuJoCo's
         # default of nbatch / (10 * nthread) is tuned for long rollouts, not for 10 steps)
         chunk = max(1, n // max(1, 2 * self.num_threads))

@@ -1,6 +1,7 @@
 """Scripted experts for the Panda tasks (ee_delta control): tests, baselines, demonstrations.
 
     action = scripted_action(env, obs["state"])     # [N, 4] in [-1, 1]
+    action = expert(env)                            # the same, from the env's current state
 
 Stateless rules on the observation alone (so demonstrations are a function of the
 observation): move the tool centre point toward a waypoint chosen by the task's
@@ -54,3 +55,8 @@ def scripted_action(env: MujocoArmEnv, state: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"no scripted expert for {type(env).__name__}")
     move = ((waypoint - tcp) / env.config.ee_step).clamp(-1.0, 1.0)
     return torch.cat([move, gripper[:, None]], -1).float()
+
+
+def expert(env: MujocoArmEnv) -> torch.Tensor:
+    """`scripted_action` on the env's current state (the `embodied.demos` expert signature)."""
+    return scripted_action(env, env.observe_state())

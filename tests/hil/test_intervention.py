@@ -1,15 +1,17 @@
 """Interventions, the scripted operator, rewind-and-correct, the learner's buffers."""
 
 import numpy as np
+import pytest
 import torch
 
 from embodied import keys, registry
 from embodied.hil.intervention import POLICY_ACTION, InterventionActor, hg_dagger_update, split_interventions
 from embodied.hil.learner import Learner, LearnerConfig
-from embodied.hil.operators import DriftRule, scripted_operator
+from embodied.hil.operators import PROGRESS, DriftRule, scripted_operator
 from embodied.hil.rewind import SnapshotRewinder, TrajectoryRewinder
 from embodied.runner.offpolicy import UniformPolicy
 from real_robot.teleop.scripted import ScriptedOperator, ScriptedOperatorConfig
+from sims.arm_reach.kinematics import REACH
 
 
 class ConstantPolicy(UniformPolicy):
@@ -60,13 +62,27 @@ def test_scripted_arm_reach_operator_rescues_a_bad_policy_and_logs_rates():
     assert 0.0 < stats["intervention_rate"] < 1.0 and stats["intervention_length"] >= 15
 
 
+def test_scripted_mujoco_operators_rescue_a_still_policy():
+    pytest.importorskip("sims.mujoco")  # sets MUJOCO_GL before mujoco loads
+    for name in ("mujoco_reach", "mujoco_push"):
+        env = registry.build("env", name, {}, num_envs=8)
+        dim = env.action_spec.shape[0]
+        operator = scripted_operator(env, name, ScriptedOperatorConfig(action_dim=dim, min_steps=15, max_per_episode=3))
+        actor = InterventionActor(env, ConstantPolicy(0.0, dim), operator)
+        actor.reset(seed=1)
+        for _ in range(120):
+            actor.step()
+        stats = actor.pop_episode_stats()
+        assert stats["success"] > 0.6 and 0.0 < stats["intervention_rate"] < 1.0, (name, stats)
+
+
 def test_drift_rule():
-    rule = DriftRule(reach=1.0)
+    rule = DriftRule(lambda obs: PROGRESS["arm_reach"](None, obs))
     priv = torch.zeros(2, 10)
-    priv[:, 3] = torch.tensor([0.20, 0.20])
+    priv[:, 3] = torch.tensor([0.20, 0.20]) / REACH
     assert not rule({"privileged": priv}).any()
     priv[:, 9] = 0.1
-    priv[:, 3] = torch.tensor([0.10, 0.24])  # env 1 drifted 4 cm away from its best
+    priv[:, 3] = torch.tensor([0.10, 0.24]) / REACH  # env 1 drifted 4 cm away from its best
     assert rule({"privileged": priv}).tolist() == [False, True]
 
 

@@ -15,7 +15,8 @@ from policies.diffusion import DiffusionPolicy
 from policies.diffusion.schedule import cosine_alpha_bars, ddim_step, ddim_timesteps
 from policies.flow import FlowPolicy
 
-VARIANTS = [("diffusion", {}), ("diffusion", {"prediction": "sample", "eta": 0.5}),
+VARIANTS = [("diffusion", {}), ("diffusion", {"prediction": "sample", "eta": 0.5}), ("diffusion", {"step_ratios": True}),
+            ("flow", {"step_ratios": True}),
             ("flow", {"noise_method": "flow_noise"}), ("flow", {"noise_method": "flow_sde"})]
 
 
@@ -75,6 +76,22 @@ def test_flow_sde_step_moments_by_hand():
     torch.testing.assert_close(got_std, torch.full_like(x, math.sqrt(dt) * sigma))
     ode_mean, _ = policy._step(x, i, cond, "ode")
     torch.testing.assert_close(ode_mean, x - dt * v)
+
+
+@pytest.mark.parametrize("name", ["diffusion", "flow"])
+def test_step_ratios_score_each_denoising_step(name):
+    """step_ratios: log_prob [N, S] whose sum is the chain's joint log-prob under the same weights."""
+    _, per_chain = build(name, {})
+    env, per_step = build(name, {"step_ratios": True})
+    obs = env.reset(seed=1)
+    out = per_step.act(obs)
+    assert out.log_prob.shape == (5, per_step.config.sample_steps)
+    chain_log_prob, _, _ = per_chain.evaluate(obs, out.action, out.extras)  # build() seeds: identical weights
+    torch.testing.assert_close(out.log_prob.sum(-1), chain_log_prob, atol=1e-3, rtol=1e-5)
+    _, entropy, _ = per_step.evaluate(obs, out.action, out.extras)
+    assert entropy.shape == out.log_prob.shape
+    with pytest.raises(ConfigError, match="flow_sde has one stochastic step"):
+        build("flow", {"step_ratios": True, "noise_method": "flow_sde"})
 
 
 @pytest.mark.parametrize("name,params", VARIANTS)

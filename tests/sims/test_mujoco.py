@@ -12,20 +12,15 @@ import mujoco  # noqa: E402
 from embodied.config import ConfigError  # noqa: E402
 from embodied.specs import decode_text  # noqa: E402
 from sims.mujoco.physics import make_stepper  # noqa: E402
-from sims.mujoco.scripted import scripted_action  # noqa: E402
+from embodied import keys  # noqa: E402
+from embodied.demos import collect_episodes, load_expert  # noqa: E402
 
 
 def run_expert(env, seed=0):
-    """Success rate of the scripted expert over one episode per env."""
-    obs = env.reset(seed=seed)
-    finished = torch.zeros(env.num_envs, dtype=torch.bool)
-    success = torch.zeros(env.num_envs, dtype=torch.bool)
-    for _ in range(env.max_episode_steps):
-        obs, _, terminated, truncated, info = env.step(scripted_action(env, obs["state"]))
-        done = (terminated | truncated) & ~finished
-        success |= done & info["success"]
-        finished |= done
-    return success.float().mean().item()
+    """Success rate of the registered scripted expert (embodied.demos) over one episode per env."""
+    name = {MujocoReachEnv: "mujoco_reach", MujocoPushEnv: "mujoco_push", MujocoPickEnv: "mujoco_pick"}[type(env)]
+    episodes = collect_episodes(env, load_expert(name), seed=seed)
+    return episodes[keys.SUCCESS][0].float().mean().item()
 
 
 def test_kinematics_match_mujoco():
@@ -82,8 +77,9 @@ def test_shapes_and_control_modes(control, dim):
         env.step(torch.zeros(3, dim + 1))
 
 
-def test_scripted_expert_solves_reach_and_pick():
+def test_scripted_experts_solve_the_tasks():
     assert run_expert(MujocoReachEnv(MujocoReachEnv.Config(), num_envs=16)) >= 0.95
+    assert run_expert(MujocoPushEnv(MujocoPushEnv.Config(), num_envs=8)) >= 0.6
     assert run_expert(MujocoPickEnv(MujocoPickEnv.Config(), num_envs=8)) >= 0.6
 
 
