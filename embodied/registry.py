@@ -61,10 +61,14 @@ REGISTRY: dict[str, dict[str, Entry]] = {
         "mavlink": Entry("real_robot.drones.mavlink:MavlinkDrone", extra="robots"),
         "crazyflie": Entry("real_robot.drones.crazyflie:CrazyflieDrone", extra="robots"),
     },
-    "teleop": {  # human-in-the-loop devices; the HID ones import hidapi on connect (extra: teleop)
+    "teleop": {  # human-in-the-loop devices; on connect the HID ones import hidapi (extra: teleop),
+        # the leader arms lerobot (its own venv, as the LeRobot arms above)
         "keyboard": Entry("real_robot.teleop.keyboard:KeyboardTeleop"),
         "gamepad": Entry("real_robot.teleop.hid_devices:GamepadTeleop"),
         "spacemouse": Entry("real_robot.teleop.hid_devices:SpaceMouseTeleop"),
+        "so100_leader": Entry("real_robot.teleop.leader_arm:SO100LeaderArm"),
+        "so101_leader": Entry("real_robot.teleop.leader_arm:SO101LeaderArm"),
+        "koch_leader": Entry("real_robot.teleop.leader_arm:KochLeaderArm"),
         "scripted": Entry("real_robot.teleop.scripted:ScriptedOperator"),  # built with expert= and rule= callables
     },
 }

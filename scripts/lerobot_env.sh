@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds (once) a separate Python 3.12 environment with LeRobot for the LeRobot compatibility test
-# and the data benchmark. LeRobot cannot share .venv: its dataset code imports torchvision, which
-# fails beside the CPU torch==2.13.0 there, and 0.5+ needs Python 3.12 (../shared/ENVIRONMENT.md).
+# Builds (once) a separate Python 3.12 environment with LeRobot for the LeRobot compatibility tests
+# (datasets; arms and leader arms on LeRobot's real classes: our package runs there from PYTHONPATH,
+# needing only the torch and numpy LeRobot brings) and the data benchmark. LeRobot cannot share .venv:
+# its dataset code imports torchvision, which fails beside the CPU torch==2.13.0 there, and 0.5+ needs
+# Python 3.12 (../shared/ENVIRONMENT.md).
 #   bash scripts/lerobot_env.sh            # -> .lerobot-env/bin/python (or $LEROBOT_ENV)
 # ~3.5 min and ~5.4 GB (a CUDA torch from PyPI comes with it). numpy < 2.3: LeRobot's scalar
 # features break on numpy 2.4 (measured, ENVIRONMENT.md).

@@ -1,6 +1,8 @@
 """Markers: `slow` runs only with --runslow; `gpu` only where CUDA is present; `hardware` only with --hardware."""
 
 import os
+import subprocess
+from pathlib import Path
 
 # MuJoCo picks its GL backend when first imported, whichever test imports it first: offscreen EGL
 # (Mesa's software renderer on CPU machines; shared/ENVIRONMENT.md)
@@ -29,3 +31,17 @@ def pytest_collection_modifyitems(config, items):
         for marker, reason in reasons.items():
             if reason and marker in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def lerobot_python() -> str:
+    """The interpreter of the separate LeRobot environment, built on first use by scripts/lerobot_env.sh (~3.5 min,
+    ~5.4 GB, kept in .lerobot-env/ or $LEROBOT_ENV); skips where Python 3.12 is missing (the script exits 2)."""
+    repo = Path(__file__).resolve().parents[1]
+    env = Path(os.environ.get("LEROBOT_ENV", repo / ".lerobot-env"))
+    build = subprocess.run(["bash", str(repo / "scripts" / "lerobot_env.sh")], capture_output=True, text=True,
+                           timeout=1800, env={**os.environ, "LEROBOT_ENV": str(env)})  # fmt: skip
+    if build.returncode == 2:
+        pytest.skip(f"no LeRobot environment: {build.stderr.strip()}")
+    assert build.returncode == 0, build.stderr[-3000:]
+    return str(env / "bin" / "python")

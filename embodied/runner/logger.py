@@ -78,7 +78,7 @@ def plot_curve(run_dir: Path, title: str = "") -> Path:
     axes[1].plot(steps, [r["train/return"] for r in records])
     evals = [r for r in read_metrics(run_dir) if "eval/success" in r]
     if evals:
-        axes[0].plot([r["env_steps"] for r in evals], [r["eval/success"] for r in evals], "o", label="evaluation")
+        axes[0].plot([r["env_steps"] for r in evals], [r["eval/success"] for r in evals], "o-", label="evaluation")
     axes[0].set(xlabel="env steps", ylabel="success rate", ylim=(-0.02, 1.02), title="success")
     axes[1].set(xlabel="env steps", ylabel="mean episode return", title="return")
     axes[0].legend(loc="upper left")

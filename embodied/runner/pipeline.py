@@ -40,7 +40,6 @@ from embodied.runner.logger import RunLogger, plot_curve, read_metrics
 from embodied.runner.offpolicy import OffPolicyLoop, OnlineConfig
 from embodied.runner.trainer import TrainConfig, Trainer, make_env, make_policy
 
-# env name -> its scripted expert, `fn(env) -> action [N, A]` (imported only when demos are made)
 STAGES = ("bc", "offline", "online")
 
 

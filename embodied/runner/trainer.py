@@ -32,6 +32,7 @@ class TrainConfig:
     max_seconds: float | None = None  # also stop after this much training wall time (not reproducible); None = off
     checkpoint_every: int = 50  # iterations between checkpoints (and at the end)
     eval_episodes: int = 1000  # episodes of the final deterministic evaluation; 0 = skip
+    eval_every: int = 0  # iterations between deterministic evaluations during training (a success curve); 0 = final only
     progress: bool = True  # live progress bar on a terminal
 
     def __post_init__(self):
@@ -41,6 +42,8 @@ class TrainConfig:
         check(self.max_seconds is None or self.max_seconds > 0, "train.max_seconds must be > 0 or null")
         check(self.checkpoint_every >= 1, "train.checkpoint_every must be >= 1")
         check(self.eval_episodes >= 0, "train.eval_episodes must be >= 0")
+        check(self.eval_every >= 0, f"train.eval_every={self.eval_every} must be >= 0")
+        check(not self.eval_every or self.eval_episodes, "train.eval_every needs train.eval_episodes > 0")
 
 
 def _params(node: dict) -> dict:
@@ -124,6 +127,8 @@ class Trainer:
                 record["fps"] = batch.numel() / (time.perf_counter() - start)
                 record.update({f"train/{k}": v for k, v in self.collector.pop_episode_stats().items()})
                 record.update({f"algo/{k}": v for k, v in metrics.items()})
+                if cfg.eval_every and self.iteration % cfg.eval_every == 0:
+                    record.update({f"eval/{k}": v for k, v in self.evaluate(cfg.eval_episodes).items()})
                 logger.log(record)
                 if self.iteration % cfg.checkpoint_every == 0:
                     self.save("latest")
@@ -145,9 +150,12 @@ class Trainer:
         return summary
 
     def evaluate(self, episodes: int) -> dict[str, float]:
+        rng = torch.get_rng_state()  # evaluating mid-run leaves the training's random stream as it was
         env = make_env(self.config, episodes, self.device)
         # a seed the training envs never used, so evaluation starts from unseen initial states
-        return evaluate(self.policy, env, seed=self.config["seed"] + 1_000_003)
+        result = evaluate(self.policy, env, seed=self.config["seed"] + 1_000_003)
+        torch.set_rng_state(rng)
+        return result
 
     # --- checkpoints ----------------------------------------------------------------------
     def save(self, name: str) -> Path:

@@ -1,12 +1,18 @@
 """LeRobot follower arms (SO-100, SO-101, Koch) behind the robot interface and its safety layer.
 
-Written to LeRobot 0.4's robot API (lerobot/robots/<name>_follower/): `SO101Follower(SO101FollowerConfig(
-port=..., id=..., use_degrees=True))`, `connect(calibrate)`, `get_observation()` -> {"<motor>.pos": float,
-"<camera>": HxWx3 uint8}, `send_action({"<motor>.pos": goal})` -> the goal actually written, `disconnect()`.
-Motors: shoulder_pan, shoulder_lift, elbow_flex, wrist_flex, wrist_roll (degrees with use_degrees=True)
-and gripper (0-100). Here commands and observations are `qpos` [6]: the five body joints in rad and the
-gripper opening as a fraction in [0, 1]. LeRobot's own `max_relative_target` is left off: our safety
-layer applies the step limit (relative to the present position, as LeRobot does) and everything else.
+Written to LeRobot 0.6.1's robot API (what scripts/lerobot_env.sh installs; checked against the real
+classes by tests/real_robot/test_lerobot_real.py): `SO101Follower(SO101FollowerConfig(port=..., id=...,
+calibration_dir=..., use_degrees=True))` from lerobot.robots.so_follower (SO-100 and SO-101 share one
+class there; 0.4 had separate so100_follower / so101_follower modules), `KochFollower` from
+lerobot.robots.koch_follower; `connect(calibrate)`, `is_calibrated`, `get_observation()` ->
+{"<motor>.pos": float, "<camera>": HxWx3 uint8}, `send_action({"<motor>.pos": goal})` -> the goal
+actually written, `disconnect()` (which disables torque: `disable_torque_on_disconnect` defaults to True).
+Motors: shoulder_pan, shoulder_lift, elbow_flex, wrist_flex, wrist_roll (degrees from the calibrated
+middle with use_degrees=True) and gripper (0-100 over its calibrated range). Here commands and
+observations are `qpos` [6]: the five body joints in rad and the gripper opening as a fraction in [0, 1].
+LeRobot's own `max_relative_target` is left off: our safety layer applies the step limit (relative to the
+present position, as LeRobot does) and everything else. An arm that is not calibrated fails on connect
+(LeRobot's calibration is interactive: run `lerobot-calibrate` first, or set calibrate=true at a terminal).
 LeRobot cannot share this venv's torch (shared/ENVIRONMENT.md); it is imported on `connect`, so the
 class is registered and configurable everywhere and fails with one clear message where it is absent.
 The workspace check is off by default: LeRobot's calibrated zero pose is not the simulated arm's.
@@ -17,6 +23,8 @@ from __future__ import annotations
 import importlib
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -26,6 +34,7 @@ from embodied.specs import Spec
 from real_robot.robot import Robot, RobotConfig, RobotError
 from real_robot.safety import SafetyConfig, fill_defaults
 
+LEROBOT_VERSION = "0.6.1"  # the version scripts/lerobot_env.sh installs and the real-class tests run against
 MOTORS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 _JOINT_LIMIT = math.radians(150)  # rad; STS3215 / XL430 cover 360 deg, a calibrated SO-101 joint ~+-150 deg or less
 
@@ -39,6 +48,33 @@ def _lerobot_safety() -> SafetyConfig:
     )  # fmt: skip
 
 
+def import_lerobot(module: str, user: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise RobotError(f"{user} needs LeRobot {LEROBOT_VERSION} ({module}), which is not importable here ({err}); "
+                         "it runs in its own environment (Python 3.12: bash scripts/lerobot_env.sh; "
+                         "shared/ENVIRONMENT.md)") from err
+
+
+def build_lerobot_device(owner, **options: Any):
+    """Build and connect `owner.lerobot_class` (a LeRobot robot or teleoperator) from `owner.config`'s port, id
+    and calibration folder; an uncalibrated arm is disconnected again and refused with the command that fixes it."""
+    cfg, name = owner.config, type(owner).__name__
+    module = import_lerobot(owner.lerobot_module, name)
+    device_config = getattr(module, owner.lerobot_class + "Config")(
+        port=cfg.port, id=cfg.id, calibration_dir=Path(cfg.calibration_dir) if cfg.calibration_dir else None, **options)
+    device = getattr(module, owner.lerobot_class)(device_config)
+    device.connect(calibrate=cfg.calibrate)
+    if not device.is_calibrated:
+        device.disconnect()
+        kind = "teleop" if owner.lerobot_type.endswith("_leader") else "robot"
+        raise RobotError(f"{name} on {cfg.port} (id {cfg.id!r}) is not calibrated: run `lerobot-calibrate "
+                         f"--{kind}.type={owner.lerobot_type} --{kind}.port={cfg.port} --{kind}.id={cfg.id}` "
+                         "or connect once with calibrate=true at a terminal")  # fmt: skip
+    return device
+
+
 @dataclass(frozen=True)
 class LeRobotArmConfig(RobotConfig):
     """A LeRobot follower arm on a serial port."""
@@ -47,6 +83,7 @@ class LeRobotArmConfig(RobotConfig):
     safety: SafetyConfig = field(default_factory=SafetyConfig)  # unset limits: _lerobot_safety()
     port: str = "/dev/ttyACM0"  # the arm's USB serial port
     id: str = "follower"  # LeRobot's calibration id (its calibration file is named after it)
+    calibration_dir: str = ""  # folder of LeRobot's calibration files; "" = LeRobot's default (under HF_LEROBOT_HOME)
     calibrate: bool = False  # run LeRobot's interactive calibration on connect when uncalibrated
 
     def __post_init__(self):
@@ -56,8 +93,9 @@ class LeRobotArmConfig(RobotConfig):
 
 class LeRobotArm(Robot):
     Config = LeRobotArmConfig
-    lerobot_module = ""  # e.g. "lerobot.robots.so101_follower"
-    lerobot_class = ""  # e.g. "SO101Follower"
+    lerobot_module = ""  # e.g. "lerobot.robots.so_follower"
+    lerobot_class = ""  # e.g. "SO101Follower" (its config class is this + "Config")
+    lerobot_type = ""  # e.g. "so101_follower": LeRobot's --robot.type name
     action_key = "qpos"
     observation_spec = {"qpos": Spec((6,))}
     action_spec = Spec((6,), torch.float32)
@@ -67,15 +105,7 @@ class LeRobotArm(Robot):
         self.arm = None
 
     def _connect(self) -> None:
-        try:
-            module = importlib.import_module(self.lerobot_module)
-        except ImportError as err:
-            raise RobotError(f"{type(self).__name__} needs LeRobot ({self.lerobot_module}), which is not importable "
-                             f"here ({err}); LeRobot 0.4.4 needs its own environment, see shared/ENVIRONMENT.md") from err  # fmt: skip
-        cls = getattr(module, self.lerobot_class)
-        config_cls = getattr(module, self.lerobot_class + "Config")
-        self.arm = cls(config_cls(port=self.config.port, id=self.config.id, use_degrees=True))
-        self.arm.connect(calibrate=self.config.calibrate)
+        self.arm = build_lerobot_device(self, use_degrees=True)
         self._read()
 
     def _read(self) -> dict[str, Any]:
@@ -101,12 +131,13 @@ class LeRobotArm(Robot):
 
 
 class SO100Arm(LeRobotArm):
-    lerobot_module, lerobot_class = "lerobot.robots.so100_follower", "SO100Follower"
+    lerobot_module, lerobot_class, lerobot_type = "lerobot.robots.so_follower", "SO100Follower", "so100_follower"
 
 
 class SO101Arm(LeRobotArm):
-    lerobot_module, lerobot_class = "lerobot.robots.so101_follower", "SO101Follower"
+    lerobot_module, lerobot_class, lerobot_type = "lerobot.robots.so_follower", "SO101Follower", "so101_follower"
 
 
 class KochArm(LeRobotArm):
-    lerobot_module, lerobot_class = "lerobot.robots.koch_follower", "KochFollower"
+    lerobot_module, lerobot_class, lerobot_type = "lerobot.robots.koch_follower", "KochFollower", "koch_follower"
+

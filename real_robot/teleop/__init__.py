@@ -1,4 +1,4 @@
-"""Teleoperation devices: keyboard, gamepad and SpaceMouse (hidapi), and a scripted operator.
+"""Teleoperation devices: keyboard, gamepad and SpaceMouse (hidapi), LeRobot leader arms, a scripted operator.
 
 Built by name from `embodied.registry` (kind `teleop`); nothing here is imported eagerly.
 """

@@ -1,9 +1,9 @@
 """Real LeRobot (0.6.1, in the separate environment scripts/lerobot_env.sh builds) reads our export,
 and our importer reads what LeRobot's own writer produced. Slow: the first run builds the environment
-(~3.5 min, ~5.4 GB, cached in .lerobot-env/); each LeRobot call starts a fresh interpreter."""
+(~3.5 min, ~5.4 GB, cached in .lerobot-env/: fixture `lerobot_python`, tests/conftest.py); each LeRobot
+call starts a fresh interpreter."""
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -15,19 +15,7 @@ from embodied.data.store import EpisodeStore
 from tests.data.crash_writer import episode
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
-ENV = Path(os.environ.get("LEROBOT_ENV", REPO / ".lerobot-env"))
-SIDE = REPO / "tests" / "data" / "lerobot_side.py"
-
-
-@pytest.fixture(scope="module")
-def lerobot_python():
-    build = subprocess.run(["bash", str(REPO / "scripts" / "lerobot_env.sh")], capture_output=True, text=True,
-                           timeout=1800, env={**os.environ, "LEROBOT_ENV": str(ENV)})
-    if build.returncode == 2:
-        pytest.skip(f"no LeRobot environment: {build.stderr.strip()}")
-    assert build.returncode == 0, build.stderr[-3000:]
-    return str(ENV / "bin" / "python")
+SIDE = Path(__file__).resolve().parent / "lerobot_side.py"
 
 
 def run_side(python, *args):

@@ -102,7 +102,8 @@ def test_bad_overrides_name_the_valid_ones(ckpt, capsys):
     assert correct_cmd([str(ckpt), "robt=sim"]) == 1
     assert "valid: robot=<name>" in capsys.readouterr().err
     assert correct_cmd([str(ckpt), "robot=sim", "teleop=joystick", "--no-status"]) == 1
-    assert "valid choices: gamepad, keyboard, scripted, spacemouse" in capsys.readouterr().err
+    assert "valid choices: gamepad, keyboard, koch_leader, scripted, so100_leader, so101_leader, spacemouse" in \
+        capsys.readouterr().err
 
 
 def test_lost_learner_holds_the_arm(ckpt, tmp_path):

@@ -45,6 +45,12 @@ def test_seeded_runs_are_reproducible(tmp_path):
     c = Trainer(compose(SMALL + ["train.eval_episodes=0", "seed=1"]), tmp_path / "c")
     c.learn()
     assert not torch.equal(c.policy.state_dict()["log_std"], a.policy.state_dict()["log_std"])
+    # evaluations during training (a success curve) leave the training run as it was
+    d = Trainer(compose(SMALL + ["train.eval_every=2"]), tmp_path / "d")
+    d.learn()
+    for key, value in weights(a).items():
+        assert torch.equal(value, d.policy.state_dict()[key]), key
+    assert [r["iteration"] for r in records(tmp_path / "d") if "eval/success" in r] == [2, 4, 4]  # + the final one
 
 
 def test_resume_continues_the_same_curve(tmp_path):
