@@ -1,6 +1,11 @@
 """Success curves of two or more methods, one line per seed, with the threshold the benchmark asks for.
 
     plot_curves({"o2o": {0: [(steps, success), ...]}, "scratch": {...}}, 0.8, path, title=..., xlabel=...)
+
+As a script: the evaluation curves (`eval/success` in metrics.jsonl, e.g. from `train.eval_every`) of
+`embodied train` run directories, one colour per experiment, one line per seed:
+
+    .venv/bin/python benchmarks/plots.py runs/arm_reach_diffusion_ppo runs/arm_reach_flow_ppo --out curves.png
 """
 
 from __future__ import annotations
@@ -8,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def plot_curves(curves: dict[str, dict[int, list[tuple[int, float]]]], threshold: float, path: Path, *, title: str,
-                xlabel: str) -> None:  # fmt: skip
+def plot_curves(curves: dict[str, dict[int, list[tuple[int, float]]]], threshold: float | None, path: Path, *,
+                title: str, xlabel: str) -> None:  # fmt: skip
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,10 +25,47 @@ def plot_curves(curves: dict[str, dict[int, list[tuple[int, float]]]], threshold
         for i, (_, curve) in enumerate(sorted(by_seed.items())):
             xs, ys = zip(*curve)
             ax.plot(xs, ys, color=f"C{color}", alpha=0.8, label=label if i == 0 else None)
-    ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"threshold {threshold:.0%}")
-    ax.set(xlabel=xlabel, ylabel="eval success rate", ylim=(-0.02, 1.02), title=title)
+    if threshold is not None:
+        ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"threshold {threshold:.0%}")
+    ax.set(xlabel=xlabel, ylabel="eval success rate", title=title)
+    ax.set_ylim(-0.02, 1.02 if threshold is not None else None)  # no threshold: zoom onto the curves
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def main() -> None:
+    import argparse
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from embodied.runner.logger import read_metrics
+
+    parser = argparse.ArgumentParser(description="eval/success curves of run directories")
+    parser.add_argument("experiments", type=Path, nargs="+", help="runs/<name> folders holding *_seed<N> runs")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--title", default="deterministic evaluation during training (one line per seed)")
+    args = parser.parse_args()
+    curves = {}
+    for folder in args.experiments:
+        for run in sorted(folder.glob("*_seed*")):
+            online = run / "online" if (run / "online").is_dir() else run  # a pipeline's RL stage, or the run
+            points = [(r["env_steps"], r["eval/success"]) for r in read_metrics(online) if "eval/success" in r]
+            # the curve starts at the evaluation after behaviour cloning, where there is one
+            bc = [r["eval/success"] for r in read_metrics(run / "bc") if "eval/success" in r]
+            summary = run / "bc" / "summary.json"
+            if summary.exists():
+                bc = [json.loads(summary.read_text()).get("eval/success")]
+            if points and bc and bc[-1] is not None:
+                points.insert(0, (0, bc[-1]))
+            if points:
+                curves.setdefault(folder.name, {})[int(run.name.rsplit("_seed", 1)[1])] = points
+    plot_curves(curves, None, args.out, title=args.title, xlabel="env steps")
+    print(f"wrote {args.out}: " + ", ".join(f"{k} ({len(v)} runs)" for k, v in curves.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -292,8 +292,9 @@ class Pipeline:
         if (stage_dir / "checkpoints" / "latest" / "model.safetensors").exists():
             trainer = Trainer.resume(stage_dir)
         else:
-            # the pipeline evaluates at the end; the inner loop need not
-            trainer = Trainer({**self.config, "train": {**self.config["train"], "eval_episodes": 0}}, stage_dir)
+            # the pipeline evaluates at the end; the inner loop only for a curve (train.eval_every)
+            episodes = self.cfg.online.eval_episodes if self.train_cfg.eval_every else 0
+            trainer = Trainer({**self.config, "train": {**self.config["train"], "eval_episodes": episodes}}, stage_dir)
             trainer.policy.load_state_dict(self.policy.state_dict())
         trainer.learn()
         self.policy.load_state_dict(trainer.policy.state_dict())

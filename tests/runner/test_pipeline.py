@@ -155,12 +155,14 @@ def test_ppo_online_stage_fine_tunes_the_behaviour_cloned_policy(tmp_path):
     overrides = ["experiment=arm_reach_bc_ppo", "train.num_envs=8", "train.rollout_steps=4", "train.total_env_steps=64",
                  "train.eval_episodes=4", "train.progress=false", "policy.actor_hidden=[16]", "policy.critic_hidden=[16]", "pipeline.demos.episodes=8",
                  "pipeline.bc.updates=20", "pipeline.bc.batch_size=32", "pipeline.online.eval_episodes=4",
-                 "algo.lr=1e-30", "algo.desired_kl=null", "algo.minibatches=2"]
+                 "algo.lr=1e-30", "algo.desired_kl=null", "algo.minibatches=2", "train.eval_every=1"]
     summary = Pipeline(compose(overrides), tmp_path).learn()
     assert summary["env_steps"] == 64 and summary["eval/episodes"] == 4
     bc = checkpoint.load_model(tmp_path / "bc" / "checkpoints" / "final")
     online = checkpoint.load_model(tmp_path / "online" / "checkpoints" / "final")
     actor = [k for k in bc if "actor" in k or "log_std" in k]
     assert actor and all(torch.allclose(bc[k], online[k]) for k in actor)
-    assert [r["env_steps"] for r in rows(tmp_path / "online" / "metrics.jsonl")] == [32, 64]
+    records = rows(tmp_path / "online" / "metrics.jsonl")
+    assert [r["env_steps"] for r in records if "algo/loss" in r] == [32, 64]
+    assert [r["env_steps"] for r in records if "eval/success" in r] == [32, 64, 64]  # eval_every=1, then the last
     assert Pipeline.resume(tmp_path).iteration == 2  # bc and online done; offline skipped
