@@ -54,11 +54,11 @@ def main() -> None:
         for run in sorted(folder.glob("*_seed*")):
             online = run / "online" if (run / "online").is_dir() else run  # a pipeline's RL stage, or the run
             points = [(r["env_steps"], r["eval/success"]) for r in read_metrics(online) if "eval/success" in r]
-            # the curve starts at the evaluation after behaviour cloning, where there is one
-            bc = [r["eval/success"] for r in read_metrics(run / "bc") if "eval/success" in r]
+            # the curve starts at the evaluation after behaviour cloning, where there is one: an imitation
+            # run's bc/summary.json, or a pipeline's last BC-stage evaluation
             summary = run / "bc" / "summary.json"
-            if summary.exists():
-                bc = [json.loads(summary.read_text()).get("eval/success")]
+            bc = ([json.loads(summary.read_text()).get("eval/success")] if summary.exists()
+                  else [r["eval/success"] for r in read_metrics(run / "bc") if "eval/success" in r])
             if points and bc and bc[-1] is not None:
                 points.insert(0, (0, bc[-1]))
             if points:

@@ -103,6 +103,7 @@ class Trainer:
         self.algo = registry.build("algo", config["algo"]["name"], _params(config["algo"]), policy=self.policy)
         self.collector = Collector(self.env, self.policy, self.cfg.rollout_steps)
         self.iteration, self.env_steps, self.train_time = 0, 0, 0.0
+        self.eval_envs: dict[int, Any] = {}  # evaluation envs by number of episodes
         # the loop's random stream (action noise, minibatch order) starts here, whatever runs in between
         self.rng_state = torch.get_rng_state()
 
@@ -151,9 +152,10 @@ class Trainer:
 
     def evaluate(self, episodes: int) -> dict[str, float]:
         rng = torch.get_rng_state()  # evaluating mid-run leaves the training's random stream as it was
-        env = make_env(self.config, episodes, self.device)
+        if episodes not in self.eval_envs:  # built once: train.eval_every evaluates many times
+            self.eval_envs[episodes] = make_env(self.config, episodes, self.device)
         # a seed the training envs never used, so evaluation starts from unseen initial states
-        result = evaluate(self.policy, env, seed=self.config["seed"] + 1_000_003)
+        result = evaluate(self.policy, self.eval_envs[episodes], seed=self.config["seed"] + 1_000_003)
         torch.set_rng_state(rng)
         return result
 

@@ -9,21 +9,31 @@ from embodied.config import build_config
 from embodied.registry import MissingExtraError
 from embodied.runner.bc import ImitationConfig
 from embodied.runner.pipeline import PipelineConfig
-from embodied.runner.trainer import TrainConfig
+from embodied.runner.trainer import TrainConfig, trainer_class
 
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_config_is_valid(name):
+    """Each section builds into its Config (build_config raises ConfigError on a misplaced or misspelt key)
+    and keeps the experiment's values; the experiment names the runner that reads its sections."""
     config = compose([f"experiment={name}"])
-    build_config(TrainConfig, config["train"], "train")
-    for section, cls in (("imitation", ImitationConfig), ("pipeline", PipelineConfig)):
+    train = build_config(TrainConfig, config["train"], "train")
+    assert train.total_env_steps == config["train"]["total_env_steps"]
+    sections = {"imitation": ImitationConfig, "pipeline": PipelineConfig}
+    for section, cls in sections.items():
         if section in config:
-            build_config(cls, config[section], section)
+            assert isinstance(build_config(cls, config[section], section), cls)
+    runner = {"imitation": "ImitationTrainer", "pipeline": "Pipeline"}
+    expected = next((runner[s] for s in sections if config.get(s)), "Trainer")
+    assert trainer_class(config).__name__ == expected
     for group in ("env", "policy", "algo"):
         params = {k: v for k, v in config[group].items() if k != "name"}
         try:
-            build_config(registry.resolve(group, config[group]["name"]).Config, params, group)
+            cls = registry.resolve(group, config[group]["name"]).Config
         except MissingExtraError as err:
             pytest.skip(str(err))
+        built = build_config(cls, params, group)
+        scalars = {k: v for k, v in params.items() if not isinstance(v, (list, dict))}  # lists become tuples
+        assert {k: getattr(built, k) for k in scalars} == scalars, group
