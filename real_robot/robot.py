@@ -104,6 +104,8 @@ class Robot:
             if self.safety.latched is not None:  # the watchdog fired between filter and write
                 return None
             self._write(decision.command.astype(np.float32).reshape(self.action_spec.shape))
+            if self.failsafe_reason is not None:  # the write failed and the driver failed safe (link lost)
+                return None
         return decision.command.astype(np.float32)
 
     def disconnect(self) -> None:
@@ -152,7 +154,8 @@ class Robot:
         raise NotImplementedError
 
     def _write(self, command: np.ndarray) -> None:
-        """Write a command that passed the safety layer."""
+        """Write a command that passed the safety layer. Where the hardware stops answering, a driver calls
+        `failsafe(..., LINK)` rather than raising: `send_action` then returns None (nothing was written)."""
         raise NotImplementedError
 
     def _failsafe(self, reason: str) -> None:

@@ -6,7 +6,7 @@
 
 Checks, in order (a command that fails an early check is rejected, later ones clip):
 1. latched state: after an emergency stop or a failsafe every command is rejected until `clear()`.
-2. shape (exactly `shape`), dtype (real numbers), NaN/inf: rejected.
+2. shape (exactly `shape`), dtype (integers or floats: not bool, complex, strings, dates, objects), NaN/inf: rejected.
 3. staleness: a command computed from an observation older than `max_command_age` is rejected.
 4. absolute limits `low`/`high` (joint limits, motor range, geofence for position targets),
    `max_step`: the command may differ from the measured state (arms: present joint position, as
@@ -146,9 +146,12 @@ class SafetyLayer:
             if self.latched is not None:
                 return Decision(None, [self.violation(LATCHED, f"commands blocked: {self.latched}", now)])
             try:
-                cmd = np.asarray(command, dtype=np.float64)
+                cmd = np.asarray(command)
+                if cmd.dtype.kind not in "iuf":  # bool, complex, str, bytes, dates, objects (e.g. ints beyond 64 bits):
+                    raise TypeError(f"dtype {cmd.dtype}")  # a float64 cast would turn them into numbers
+                cmd = cmd.astype(np.float64)
             except (TypeError, ValueError) as err:
-                return Decision(None, [self.violation(SHAPE, f"not a numeric array: {err}", now)])
+                return Decision(None, [self.violation(SHAPE, f"not an array of real numbers: {err}", now)])
             if cmd.shape != self.shape:
                 return Decision(None, [self.violation(SHAPE, f"shape {list(cmd.shape)} != {list(self.shape)}", now)])
             if not np.isfinite(cmd).all():

@@ -12,7 +12,14 @@ cd "$(dirname "$0")/.."
 ENV_DIR=${LEROBOT_ENV:-.lerobot-env}
 VERSION=0.6.1
 stamp="$ENV_DIR/.installed-lerobot-$VERSION"
-[ -f "$stamp" ] && exit 0
+# hypothesis: the property-based test on LeRobot's real classes (tests/real_robot/lerobot_arms_side.py); its own
+# stamp, so that an environment built without it is topped up (seconds) rather than rebuilt
+add_hypothesis() {
+  [ -f "$ENV_DIR/.installed-hypothesis" ] && return 0
+  "$ENV_DIR/bin/python" -m pip install -q "hypothesis>=6.100"
+  touch "$ENV_DIR/.installed-hypothesis"
+}
+if [ -f "$stamp" ]; then add_hypothesis; exit 0; fi
 is_312() { [ -n "$1" ] && "$1" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; }
 PY=""
 # a pyenv shim on PATH may exist without the version being selected, so each candidate is tried
@@ -30,3 +37,4 @@ rm -rf "$ENV_DIR"
 "$ENV_DIR/bin/python" -m pip install -q "lerobot[dataset]==$VERSION" "numpy<2.3"
 "$ENV_DIR/bin/python" -c "import lerobot, lerobot.datasets.lerobot_dataset; print('lerobot', lerobot.__version__)"
 touch "$stamp"
+add_hypothesis

@@ -16,11 +16,16 @@ present position, as LeRobot does) and everything else. An arm that is not calib
 LeRobot cannot share this venv's torch (shared/ENVIRONMENT.md); it is imported on `connect`, so the
 class is registered and configurable everywhere and fails with one clear message where it is absent.
 The workspace check is off by default: LeRobot's calibrated zero pose is not the simulated arm's.
+Link loss: LeRobot's buses raise ConnectionError when the motors do not answer (an unplugged port: pyserial's
+SerialException), both OSErrors. A failed read gives the last reading flagged `link_lost` and a failed write
+triggers the failsafe directly; the failsafe's hold is written if the bus answers again, and the servos keep
+their last goal otherwise. Commands stay blocked until `clear_failsafe()`.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +36,11 @@ import numpy as np
 import torch
 
 from embodied.specs import Spec
+from real_robot import safety as sf
 from real_robot.robot import Robot, RobotConfig, RobotError
 from real_robot.safety import SafetyConfig, fill_defaults
+
+log = logging.getLogger(__name__)
 
 LEROBOT_VERSION = "0.6.1"  # the version scripts/lerobot_env.sh installs and the real-class tests run against
 MOTORS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
@@ -106,10 +114,17 @@ class LeRobotArm(Robot):
 
     def _connect(self) -> None:
         self.arm = build_lerobot_device(self, use_degrees=True)
-        self._read()
+        if self._read().get("link_lost"):
+            self._disconnect()
+            raise RobotError(f"{type(self).__name__} on {self.config.port}: the motors do not answer")
 
     def _read(self) -> dict[str, Any]:
-        raw = self.arm.get_observation()
+        try:
+            raw = self.arm.get_observation()
+        except OSError as err:
+            log.warning("%s: reading the motors failed: %s", type(self).__name__, err)
+            last = self._measured if self._measured is not None else np.zeros(6)
+            return {"qpos": last.astype(np.float32), "link_lost": True}
         qpos = np.array([math.radians(raw[f"{m}.pos"]) for m in MOTORS[:5]] + [raw["gripper.pos"] / 100.0])
         self._measured = qpos
         obs = {"qpos": qpos.astype(np.float32)}
@@ -119,14 +134,20 @@ class LeRobotArm(Robot):
     def _write(self, command: np.ndarray) -> None:
         goal = {f"{m}.pos": math.degrees(float(q)) for m, q in zip(MOTORS[:5], command[:5])}
         goal["gripper.pos"] = 100.0 * float(command[5])
-        self.arm.send_action(goal)
+        try:
+            self.arm.send_action(goal)
+        except OSError as err:
+            self.failsafe(f"link lost: writing the motors failed: {err}", sf.LINK)
 
     def _failsafe(self, reason: str) -> None:
-        self._write(self._read()["qpos"].astype(np.float64))  # hold the present position
+        self._write(self._read()["qpos"].astype(np.float64))  # hold the present position (or the last one read)
 
     def _disconnect(self) -> None:
         if self.arm is not None:
-            self.arm.disconnect()
+            try:
+                self.arm.disconnect()  # LeRobot disables torque first
+            except OSError as err:
+                log.warning("%s: disconnect failed, torque may still be on: %s", type(self).__name__, err)
             self.arm = None
 
 

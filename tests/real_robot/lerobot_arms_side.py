@@ -5,33 +5,31 @@ PYTHONPATH: our LeRobot drivers on LeRobot's REAL follower and leader classes, t
     python tests/real_robot/lerobot_arms_side.py FOLDER OUT.json
 """
 
+import dataclasses
+import enum
+import functools
 import importlib
+import inspect
 import json
 import sys
 import time
-from pathlib import Path
+import traceback
 
 import numpy as np
-from lerobot.motors import MotorCalibration
+from lerobot.motors.dynamixel import DynamixelMotorsBus
+from lerobot.motors.feetech import FeetechMotorsBus
 
 from embodied import registry
 from real_robot.arms.lerobot_arm import MOTORS
 from real_robot.robot import RobotError
-from real_robot.sim.fake_lerobot_bus import fake_motor_buses
+from real_robot.sim import fake_lerobot as fake
+from real_robot.sim.fake_lerobot import save_calibration
+from real_robot.sim.fake_lerobot_bus import FakeFeetechBus, fake_motor_buses
+from tests.real_robot.command_property import fire_commands
+from tests.real_robot.fake_arms import LEROBOT_ARMS, goals_written, lerobot_arm
 
-# a calibration as lerobot-calibrate leaves it: body joints over a half turn around the middle, wrist_roll a full turn
-RANGES = {m: (1024, 3072) for m in MOTORS} | {"wrist_roll": (0, 4095), "gripper": (2000, 3000)}
 LEADER_POSE = {"shoulder_pan": 10.0, "shoulder_lift": -20.0, "elbow_flex": 30.0, "wrist_flex": 0.0,
                "wrist_roll": 45.0, "gripper": 40.0}  # fmt: skip
-
-
-def save_calibration(module: str, cls: str, folder: str, device_id: str) -> None:
-    """Write LeRobot's calibration file for `device_id` with LeRobot's own writer."""
-    mod = importlib.import_module(module)
-    device = getattr(mod, cls)(getattr(mod, cls + "Config")(port="unused", id=device_id, calibration_dir=Path(folder)))
-    device.calibration = {m: MotorCalibration(id=i + 1, drive_mode=0, homing_offset=0, range_min=lo, range_max=hi)
-                          for i, (m, (lo, hi)) in enumerate(RANGES.items())}  # fmt: skip
-    device._save_calibration()
 
 
 def qpos(arm) -> list[float]:
@@ -132,6 +130,73 @@ def koch_leader(folder: str) -> dict:
     return rec
 
 
+def command_property(name: str) -> str:
+    """tests/real_robot/command_property.py's random, adversarial and malformed commands through our driver into
+    LeRobot's real follower class: "ok", or hypothesis' report of the smallest failing case."""
+    try:
+        with lerobot_arm(name, control_hz=2) as (arm, bus):  # 2 Hz: the watchdog stays out of the way
+            fire_commands(arm, lambda: goals_written(bus))
+    except Exception:  # noqa: BLE001 (recorded for the test to show)
+        return traceback.format_exc()[-3000:]
+    return "ok"
+
+
+def link_loss(name: str) -> dict:
+    """The cable pulled: LeRobot's real class passes the bus's ConnectionError up; our driver fails safe."""
+    with lerobot_arm(name, safety={"watchdog_periods": 20}) as (arm, bus):
+        obs = arm.get_observation()
+        bus.link_up = False
+        rec = {"sent": arm.send_action(obs["qpos"], stamp=obs["timestamp"]), "write_failsafe": arm.failsafe_reason}
+        arm.clear_failsafe()
+        rec |= {"link_lost": bool(arm.get_observation().get("link_lost")), "read_failsafe": arm.failsafe_reason,
+                "links": arm.safety.counts["link"], "goal_writes": len(bus.goal_log)}  # fmt: skip
+    rec["connected_after"] = arm.connected  # disconnected although LeRobot could not turn torque off
+    return rec
+
+
+def _fields(cls) -> list:
+    return [(f.name, f.kw_only, f.default if f.default_factory is dataclasses.MISSING else f.default_factory())
+            for f in dataclasses.fields(cls)]  # fmt: skip
+
+
+def _signature(cls, attr: str) -> list | None:
+    member = inspect.getattr_static(cls, attr, None)
+    if member is None or not callable(member):
+        return None
+    return [(p.name, p.kind.name, repr(p.default)) for p in inspect.signature(getattr(cls, attr)).parameters.values()]
+
+
+def _differences(where: str, real, ours: type) -> list[str]:
+    if real is None:
+        return [f"{where}: not in LeRobot"]
+    if dataclasses.is_dataclass(ours):
+        return [] if _fields(real) == _fields(ours) else [f"{where}: fields {_fields(ours)} != {_fields(real)}"]
+    if issubclass(ours, enum.Enum):
+        return [] if {m.name: m.value for m in real} == {m.name: m.value for m in ours} else [f"{where}: members"]
+    if issubclass(ours, Exception):
+        return [] if str(real()) == str(ours()) else [f"{where}: default message"]
+    diffs, properties = [], (property, functools.cached_property)
+    for attr in sorted(set(dir(ours)) - set(dir(object))):
+        if attr.startswith("__") or (attr.startswith("_") and attr not in ("_load_calibration", "_save_calibration")):
+            continue
+        mine = inspect.getattr_static(ours, attr)
+        if isinstance(mine, properties) and not isinstance(inspect.getattr_static(real, attr, None), properties):
+            diffs.append(f"{where}.{attr}: not a property in LeRobot")
+        elif callable(mine) and not isinstance(mine, type) and _signature(real, attr) != _signature(ours, attr):
+            diffs.append(f"{where}.{attr}{_signature(ours, attr)} != LeRobot's {_signature(real, attr)}")
+    return diffs
+
+
+def fake_api() -> list[str]:
+    """Where real_robot/sim/fake_lerobot.py (the fake LeRobot .venv's tests drive) differs from LeRobot's real API:
+    names, dataclass fields and defaults, enum members, error messages, method signatures and properties."""
+    pairs = [(f"{module}.{name}", getattr(importlib.import_module(module), name, None), obj)
+             for module, attrs in fake.MODULES.items() for name, obj in attrs.items() if not name.startswith("__")]
+    pairs += [("FeetechMotorsBus", FeetechMotorsBus, FakeFeetechBus),  # Feetech's configure_motors takes more
+              ("DynamixelMotorsBus", DynamixelMotorsBus, fake.ServoBus)]  # the fake LeRobot's bus is ServoBus
+    return [diff for where, real, ours in pairs for diff in _differences(where, real, ours)]
+
+
 def main(folder: str, out: str) -> None:
     with fake_motor_buses():
         for module, cls, device_id in [("lerobot.robots.so_follower", "SO101Follower", "follower"),
@@ -141,6 +206,8 @@ def main(folder: str, out: str) -> None:
             save_calibration(module, cls, folder, device_id)
         result = {name: follower(name, folder) for name in ("so101", "so100", "koch")}
         result |= {"uncalibrated": uncalibrated(folder), "leader": leader(folder), "koch_leader": koch_leader(folder)}
+        result |= {"command_property": {name: command_property(name) for name in LEROBOT_ARMS},
+                   "link_loss": {name: link_loss(name) for name in LEROBOT_ARMS}, "fake_api": fake_api()}  # fmt: skip
     with open(out, "w") as f:
         json.dump(result, f)
 

@@ -1,8 +1,10 @@
-"""LeRobot arms and leader arms: registered and configurable everywhere; driven only where LeRobot is importable
-(against its real classes: test_lerobot_real.py)."""
+"""LeRobot arms and leader arms: registered and configurable everywhere; here driven on a fake LeRobot 0.6.1
+(real_robot/sim/fake_lerobot.py; malformed commands: test_drivers_property.py), against its real classes in
+test_lerobot_real.py."""
 
 import importlib.util
 import math
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,6 +16,7 @@ from real_robot.arms.lerobot_arm import MOTORS
 from real_robot.robot import RobotError
 from real_robot.teleop.base import RELEASE, TAKEOVER
 from real_robot.teleop.leader_arm import LeaderArm, LeaderArmConfig
+from tests.real_robot.fake_arms import LEROBOT_ARMS, lerobot_arm, qpos
 
 HAS_LEROBOT = importlib.util.find_spec("lerobot") is not None
 
@@ -29,6 +32,77 @@ def test_registered_with_safety_defaults(name):
 def test_missing_lerobot_is_one_clear_error():
     with pytest.raises(RobotError, match="needs LeRobot .*own environment"):
         registry.build("robot", "so101", {"port": "/dev/null"}).connect()
+
+
+def wait_for_failsafe(arm, seconds: float = 2.0) -> None:
+    deadline = time.monotonic() + seconds
+    while arm.failsafe_reason is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("name", LEROBOT_ARMS)
+def test_watchdog_holds_the_present_position_within_two_periods(name):
+    # 10 Hz: 125 ms timeout (1.25 periods), leaving 75 ms for the thread to wake and act on a loaded machine
+    with lerobot_arm(name, control_hz=10, safety={"watchdog_periods": 1.25}) as (arm, bus):
+        obs = arm.get_observation()
+        target = obs["qpos"] + np.array([0.2, 0, 0, 0, 0, 0.1], np.float32)  # 11.5 deg: more than one read's travel
+        assert arm.send_action(target, stamp=obs["timestamp"]) is not None
+        commanded_at, goals = bus.goal_log[-1]
+        wait_for_failsafe(arm)
+        assert arm.failsafe_reason.startswith("no command for") and arm.safety.counts["watchdog"] == 1
+        hold_at, hold = bus.goal_log[-1]
+        assert hold_at - commanded_at <= 2 * arm.period  # the hold reached the motors within two control periods
+        # the hold is where the arm was (one read of 9 deg toward the goal), not the goal it was still moving to
+        assert hold["shoulder_pan"] == pytest.approx(9.0) and goals["shoulder_pan"] == pytest.approx(11.459, abs=1e-3)
+        np.testing.assert_allclose(arm.get_observation()["qpos"], qpos(hold), atol=1e-6)  # and it stays there
+        assert arm.send_action(target) is None and bus.goal_log[-1][0] == hold_at  # latched until cleared
+        arm.clear_failsafe()
+        obs = arm.get_observation()
+        assert arm.send_action(obs["qpos"], stamp=obs["timestamp"]) is not None
+
+
+@pytest.mark.parametrize("name", LEROBOT_ARMS)
+def test_link_loss_on_write_fails_safe_and_nothing_is_written(name):
+    with lerobot_arm(name, safety={"watchdog_periods": 20}) as (arm, bus):  # the watchdog out of the way
+        obs = arm.get_observation()
+        written = len(bus.goal_log)
+        bus.link_up = False  # the cable is pulled after this reading
+        assert arm.send_action(obs["qpos"], stamp=obs["timestamp"]) is None  # not "sent": the write failed
+        assert arm.failsafe_reason.startswith("link lost: writing the motors failed") and arm.safety.counts["link"] == 1
+        bus.link_up = True  # the cable back: commands stay blocked until the operator clears the failsafe
+        obs = arm.get_observation()
+        assert arm.send_action(obs["qpos"], stamp=obs["timestamp"]) is None and len(bus.goal_log) == written
+        arm.clear_failsafe()
+        obs = arm.get_observation()
+        assert arm.send_action(obs["qpos"], stamp=obs["timestamp"]) is not None and len(bus.goal_log) == written + 1
+
+
+@pytest.mark.parametrize("name", LEROBOT_ARMS)
+def test_link_loss_on_read_fails_safe_and_the_watchdog_survives_it(name):
+    def command() -> np.ndarray | None:
+        obs = arm.get_observation()
+        return arm.send_action(obs["qpos"], stamp=obs["timestamp"])
+
+    with lerobot_arm(name, control_hz=10, safety={"watchdog_periods": 1.25}) as (arm, bus):
+        before = arm.get_observation()
+        bus.link_up = False
+        obs = arm.get_observation()  # the last reading, flagged: the robot fails safe (the hold cannot be written)
+        assert obs["link_lost"] and np.array_equal(obs["qpos"], before["qpos"])
+        assert arm.failsafe_reason == "link lost: no telemetry" and arm.safety.counts["link"] == 1
+        assert arm.send_action(obs["qpos"], stamp=obs["timestamp"]) is None and bus.goal_log == []
+        bus.link_up = True
+        arm.clear_failsafe()
+        assert command() is not None
+        bus.link_up = False  # and no more commands: the watchdog's hold fails on the dead link
+        wait_for_failsafe(arm)
+        assert arm.failsafe_reason.startswith("no command for") and len(bus.goal_log) == 1
+        bus.link_up = True
+        arm.clear_failsafe()
+        assert command() is not None
+        wait_for_failsafe(arm)  # the watchdog thread survived the failed hold: it fires, and holds, again
+        assert arm.failsafe_reason.startswith("no command for") and len(bus.goal_log) == 3
+        bus.link_up = False
+    assert not arm.connected  # disconnecting with the link down: LeRobot cannot turn torque off; we still let go
 
 
 @pytest.mark.hardware

@@ -1,8 +1,9 @@
 """Our LeRobot drivers against LeRobot 0.6.1's REAL classes: SO101Follower / SO100Follower / KochFollower under
 `so101` / `so100` / `koch`, SO101Leader / KochLeader under `so101_leader` / `koch_leader`, with only the motor
-buses faked (real_robot/sim/fake_lerobot_bus.py). The scenario runs once in the separate LeRobot environment
-(tests/real_robot/lerobot_arms_side.py, our package on PYTHONPATH: it needs only torch and numpy there);
-these tests judge what it recorded. Slow: the first run builds the environment (~3.5 min)."""
+buses faked (real_robot/sim/fake_lerobot_bus.py); and the fake LeRobot that .venv's tests drive
+(real_robot/sim/fake_lerobot.py) checked against the real API. The scenario runs once in the separate LeRobot
+environment (tests/real_robot/lerobot_arms_side.py, our package on PYTHONPATH: it needs only torch, numpy and
+hypothesis there); these tests judge what it recorded. Slow: the first run builds the environment (~3.5 min)."""
 
 import json
 import math
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from real_robot.arms.lerobot_arm import MOTORS
+from tests.real_robot.fake_arms import LEROBOT_ARMS
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -103,3 +105,21 @@ def test_koch_leader_maps_range_to_angles(recorded):
     # from the middle = 512 * 360 / 4095 deg; LeRobot's DEGREES convention
     quarter = math.radians(512 * 360 / 4095)
     np.testing.assert_allclose(rec["read"], [quarter, -quarter, 2 * quarter, 0, math.radians(18), 0.5], atol=1e-6)
+
+
+@pytest.mark.parametrize("name", LEROBOT_ARMS)
+def test_malformed_commands_never_reach_the_real_classes_motors(recorded, name):
+    """tests/real_robot/command_property.py (as test_drivers_property.py on the fake LeRobot) on the real classes."""
+    assert recorded["command_property"][name] == "ok", recorded["command_property"][name]
+
+
+@pytest.mark.parametrize("name", LEROBOT_ARMS)
+def test_link_loss_through_the_real_classes_fails_safe(recorded, name):
+    rec = recorded["link_loss"][name]
+    assert rec["sent"] is None and rec["write_failsafe"].startswith("link lost: writing the motors failed")
+    assert rec["link_lost"] and rec["read_failsafe"] == "link lost: no telemetry" and rec["links"] == 2
+    assert rec["goal_writes"] == 0 and rec["connected_after"] is False
+
+
+def test_the_fake_lerobot_follows_the_real_api(recorded):
+    assert recorded["fake_api"] == []

@@ -32,6 +32,15 @@ def test_hand_worked_clipping_and_rejection():
     assert s.filter([0, 0, 0.1], now=10.5, stamp=10.45).command is not None
 
 
+def test_what_is_not_real_numbers_is_rejected_not_cast():
+    s = layer()
+    for command in (["0.1", "0", "0"], np.array([0.1 + 1j, 0, 0]), [True, False, True], [10**400] * 3,
+                    np.array(["2020-01-01"] * 3, "datetime64[D]"), [0.1, None, 0]):  # fmt: skip
+        assert s.filter(command, now=1.0).command is None
+    assert s.counts["shape"] == 6
+    assert s.filter([0, 1, 0], now=1.0).command.tolist() == [0, 1, 0]  # integers are real numbers
+
+
 def test_velocity_limit_scales_with_elapsed_time():
     s = layer(max_velocity=2.0)
     s.filter([0.0, 0.0, 0.0], now=1.0)
