@@ -17,8 +17,8 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.algorithms.advantages import gae, normalize
-from embodied.algorithms.losses import NonFiniteLossError, ppo_loss
-from embodied.config import check
+from embodied.algorithms.losses import NonFiniteLossError, ppo_loss, value_loss
+from embodied.config import ConfigError, check
 from embodied.policy import Policy
 
 
@@ -39,6 +39,12 @@ class PPOConfig:
     max_grad_norm: float = 1.0  # rsl_rl max_grad_norm
     desired_kl: float | None = 0.01  # rsl_rl adaptive schedule target; None = fixed lr
     normalize_advantage: bool = True  # whiten advantages over the batch (rsl_rl)
+    # step size of the policy's separate critic (`policy.critic`, a module no actor loss reaches), outside the KL
+    # schedule; None = one lr for all. DPPO fine-tunes with actor_lr 1e-4 and critic_lr 1e-3 (Ren et al. 2024)
+    critic_lr: float | None = None
+    # first updates that train the critic alone (the actor untouched), so a critic fitted to demonstrations meets
+    # the fine-tuned policy's own returns before its advantages move the actor (DPPO's n_critic_warmup_itr)
+    critic_warmup: int = 0
 
     def __post_init__(self):
         check(self.lr > 0, f"algo.lr={self.lr} must be > 0")
@@ -47,6 +53,8 @@ class PPOConfig:
         check(self.clip > 0, f"algo.clip={self.clip} must be > 0")
         check(self.dual_clip is None or self.dual_clip > 1, f"algo.dual_clip={self.dual_clip} must be > 1 or null")
         check(self.desired_kl is None or self.desired_kl > 0, "algo.desired_kl must be > 0 or null")
+        check(self.critic_lr is None or self.critic_lr > 0, "algo.critic_lr must be > 0 or null")
+        check(self.critic_warmup >= 0, f"algo.critic_warmup={self.critic_warmup} must be >= 0")
 
 
 class PPO:
@@ -55,7 +63,17 @@ class PPO:
     def __init__(self, config: PPOConfig, policy: Policy):
         self.config, self.policy = config, policy
         self.lr = config.lr
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, foreach=True)
+        self.updates = 0  # update() calls so far (the critic warm-up counts them)
+        critic = getattr(policy, "critic", None)
+        if (config.critic_lr is not None or config.critic_warmup) and not isinstance(critic, torch.nn.Module):
+            raise ConfigError(f"algo.critic_lr / algo.critic_warmup need a policy with a separate critic module; "
+                              f"{type(policy).__name__} has none (e.g. policy.critic=mlp for the VLA)")
+        groups = [{"params": list(policy.parameters())}]
+        if config.critic_lr is not None:  # group 1: the critic, at its own fixed lr
+            own = {id(p) for p in critic.parameters()}
+            groups = [{"params": [p for p in policy.parameters() if id(p) not in own]},
+                      {"params": list(critic.parameters()), "lr": config.critic_lr}]
+        self.optimizer = torch.optim.Adam(groups, lr=config.lr, foreach=True)
 
     def update(self, batch: TensorDict) -> dict[str, float]:
         """Epochs of minibatch updates on one rollout [T, N]; returns mean metrics."""
@@ -87,6 +105,7 @@ class PPO:
         n = cfg.epochs * cfg.minibatches
         out = {k: float(v) / n for k, v in totals.items()}
         out["lr"] = self.lr
+        self.updates += 1
         return out
 
     def _step(self, mb: TensorDict) -> dict[str, torch.Tensor]:
@@ -102,11 +121,15 @@ class PPO:
         )
         if not torch.isfinite(loss):
             raise NonFiniteLossError(f"PPO loss became {loss.item()} (metrics: { {k: float(v) for k, v in metrics.items()} })")
+        warmup = self.updates < cfg.critic_warmup
+        if warmup:  # the critic's loss alone: no gradient reaches the actor
+            value_mask = mask.any(-1) if mask is not None and value.dim() < mask.dim() else mask
+            loss = cfg.value_coef * value_loss(value, mb[keys.VALUE], mb[keys.RETURN], cfg.value_clip, value_mask)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm, foreach=True)
         self.optimizer.step()
-        if cfg.desired_kl is not None:
+        if cfg.desired_kl is not None and not warmup:
             self._adapt_lr(metrics["approx_kl"])  # KL(old || new), estimated on the old policy's samples
         metrics = {k: v.detach() for k, v in metrics.items()}
         metrics["loss"] = loss.detach()
@@ -120,14 +143,13 @@ class PPO:
             self.lr = max(1e-5, self.lr / 1.5)
         elif 0 < kl < target / 2:
             self.lr = min(1e-2, self.lr * 1.5)
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr
+        self.optimizer.param_groups[0]["lr"] = self.lr  # a separate critic (group 1) keeps critic_lr
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "lr": self.lr}
+        return {"optimizer": self.optimizer.state_dict(), "lr": self.lr, "updates": self.updates}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.lr = float(state["lr"])
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr
+        self.updates = int(state.get("updates", 0))
+        self.optimizer.param_groups[0]["lr"] = self.lr

@@ -3,7 +3,7 @@
     policy = VLAPolicy(VLAPolicy.Config(), observation_spec, action_spec)
     out = policy.act(obs)                      # out.action [N, A]: the decoded chunk's first action
     out.extras["tokens"]                       # [N, H * A] the sampled action-token ids (the MDP action)
-    out.extras["token_log_prob"]               # [N, H * A] their log-probs; out.log_prob is the sum
+    out.extras["token_log_prob"]               # [N, H * A] their log-probs; out.log_prob: their sum (token_ratios: these)
     log_prob, entropy, value = policy.evaluate(obs, out.action, out.extras)   # one teacher-forced pass
     loss = policy.bc_loss(batch)               # token cross-entropy on demo chunks [B, H, A] or [B, A]
 
@@ -45,6 +45,7 @@ from embodied.config import check
 from embodied.policy import ActOutput, Policy
 from embodied.specs import Spec
 from policies.common.chunk_policy import chunk_and_mask
+from policies.common.nets import value_mlp
 from policies.common.normalizer import Normalizer
 from policies.vla.backbone import build_backbone, build_vision
 from policies.vla.tokenizer import BOS_ID, BYTE_OFFSET, ActionTokenizer, TokenLayout
@@ -62,6 +63,15 @@ class VLAConfig:
     horizon: int = 1  # actions per decoded chunk (H); the first one is executed
     temperature: float = 1.0  # sampling temperature of act(deterministic=False) and of its log-probs
     use_cache: bool = True  # decode with past_key_values (False: re-run the whole sequence per token)
+    # one PPO ratio per action token (log_prob [N, K]; RLinf-VLA's token-level log-prob, Zang et al. 2025) instead
+    # of the decode's joint log-prob [N], whose ratio moves K times as fast (as DPPO's per-step ratio for diffusion)
+    token_ratios: bool = False
+    # "head": a linear value head on the backbone's last prefix state (one network, as RLinf-VLA's OpenVLA critic);
+    # "mlp": a separate MLP over the normalized state, with no gradient into the backbone (DPPO's critic beside its
+    # actor, Ren et al. 2024). On the tiny CPU backbone the shared head's value loss dominated the clipped gradient
+    # and PPO raised the token entropy instead of the success (benchmarks/RESULTS.md, "VLA policy")
+    critic: Literal["head", "mlp"] = "head"
+    critic_hidden: tuple[int, ...] = (256, 256)  # widths of the "mlp" critic (DPPO's critic: 256 x 3)
     vision: Literal["siglip", "vit", "cnn"] = "siglip"  # image encoder for images/<cam> observations
     vision_hidden: int = 32  # vision tower width
     vision_layers: int = 1  # vision tower layers
@@ -77,6 +87,7 @@ class VLAConfig:
         check(self.n_bins >= 2 and self.vocab_extra >= 0, "policy.n_bins must be >= 2 and policy.vocab_extra >= 0")
         check(self.horizon >= 1, f"policy.horizon={self.horizon} must be >= 1")
         check(self.temperature > 0, f"policy.temperature={self.temperature} must be > 0")
+        check(self.critic in ("head", "mlp"), f"policy.critic={self.critic!r}: valid choices head, mlp")
         check(self.patch_size >= 1 and self.image_size >= 0, "policy.patch_size >= 1 and policy.image_size >= 0")
 
 
@@ -120,14 +131,19 @@ class VLAPolicy(Policy):
             offset = torch.full((self.action_dim,), (self.high + self.low) / 2)
             scale = torch.full((self.action_dim,), 2.0 / (self.high - self.low))
         self.action_norm = Normalizer(self.action_dim, offset, scale)
-        self.value_head = nn.Linear(hidden, 1)
+        self.value_head = self.critic = None
+        if config.critic == "mlp":
+            check(self.state_dim > 0, "policy.critic=mlp reads the 'state' observation, which this env lacks")
+            self.critic = value_mlp(self.state_dim, config.critic_hidden)
+        else:
+            self.value_head = nn.Linear(hidden, 1)
+            nn.init.zeros_(self.value_head.weight)  # start at V = 0: the LM's hidden scale says nothing of returns
+            nn.init.zeros_(self.value_head.bias)
         # dropout off everywhere (GPT-2 and many checkpoints ship with 0.1): act's log-probs must be a
         # fixed function of the weights for PPO's ratio, as veRL and OpenRLHF zero the actor's dropout
         for module in self.modules():
             if isinstance(module, nn.Dropout):
                 module.p = 0.0
-        nn.init.zeros_(self.value_head.weight)  # start at V = 0: the LM's hidden scale says nothing of returns
-        nn.init.zeros_(self.value_head.bias)
 
     # --- sequence pieces ----------------------------------------------------------------
     def prefix(self, obs: TensorDict) -> torch.Tensor:
@@ -142,7 +158,7 @@ class VLAPolicy(Policy):
         batch = obs.batch_size[0]
         if self.state_dim:
             parts.append(self.state_proj(self.state_norm(obs[keys.STATE])).unsqueeze(1))
-        ids = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=self.value_head.weight.device)
+        ids = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=self.state_norm.offset.device)
         if self.has_language:
             ids = torch.cat([ids, self.layout.text_ids(obs[keys.LANGUAGE])], 1)
         parts.append(embed(ids))
@@ -157,15 +173,15 @@ class VLAPolicy(Policy):
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOutput:
         ids, token_log_prob, value = self.decode(obs, deterministic)
         bins = self.layout.action_bins(ids).view(-1, self.config.horizon, self.action_dim)
-        return ActOutput(self.to_env_action(bins[:, 0]), token_log_prob.sum(-1), value,
-                         {"tokens": ids, "token_log_prob": token_log_prob})
+        log_prob = token_log_prob if self.config.token_ratios else token_log_prob.sum(-1)
+        return ActOutput(self.to_env_action(bins[:, 0]), log_prob, value, {"tokens": ids, "token_log_prob": token_log_prob})
 
     def decode(self, obs: TensorDict, deterministic: bool = False):
         """(token ids [B, K], their log-probs [B, K], value [B]) decoded token by token."""
         temperature, embed = self.config.temperature, self.lm.get_input_embeddings()
         seq = self.prefix(obs)
         out = self.lm(inputs_embeds=seq, use_cache=self.config.use_cache, output_hidden_states=True, logits_to_keep=1)
-        value = self.value_head(out.hidden_states[-1][:, -1]).squeeze(-1)
+        value = self._value(obs, out.hidden_states[-1][:, -1])
         ids, log_probs = [], []
         for k in range(self.tokens):
             log_p = self.bin_log_probs(out.logits[:, -1], temperature)
@@ -190,12 +206,12 @@ class VLAPolicy(Policy):
         seq = torch.cat([self.prefix(obs), self.lm.get_input_embeddings()(ids[:, :-1])], 1)
         out = self.lm(inputs_embeds=seq, use_cache=False, output_hidden_states=True, logits_to_keep=ids.shape[1])
         start = seq.shape[1] - ids.shape[1]  # the last prefix position predicts the first action token
-        value = self.value_head(out.hidden_states[-1][:, start]).squeeze(-1)
+        value = self._value(obs, out.hidden_states[-1][:, start])
         return self.bin_log_probs(out.logits, temperature), value
 
     def evaluate(self, obs: TensorDict, action: torch.Tensor, extras: dict[str, Any] | None = None):
-        """Sums over the action tokens of log-prob and entropy, and the value; obs may have any
-        batch shape (e.g. [B, T] episodes for GRPO) and the outputs have that shape."""
+        """Sums over the action tokens of log-prob and entropy (per token [..., K] with token_ratios),
+        and the value; obs may have any batch shape (e.g. [B, T] episodes for GRPO), which the outputs keep."""
         shape = obs.batch_size
         obs = obs.reshape(-1)
         if extras is not None and "tokens" in extras:
@@ -208,11 +224,15 @@ class VLAPolicy(Policy):
         log_p, value = self.token_log_probs(obs, ids, self.config.temperature)
         chosen = log_p.gather(-1, self.layout.action_bins(ids).unsqueeze(-1)).squeeze(-1)
         entropy = -(log_p.exp() * log_p).sum(-1)
+        if self.config.token_ratios:
+            return chosen.view(*shape, -1), entropy.view(*shape, -1), value.view(shape)
         return chosen.sum(-1).view(shape), entropy.sum(-1).view(shape), value.view(shape)
 
     def value(self, obs: TensorDict) -> torch.Tensor:
+        if self.critic is not None:
+            return self._value(obs, None)
         out = self.lm(inputs_embeds=self.prefix(obs), use_cache=False, output_hidden_states=True, logits_to_keep=1)
-        return self.value_head(out.hidden_states[-1][:, -1]).squeeze(-1)
+        return self._value(obs, out.hidden_states[-1][:, -1])
 
     def bc_loss(self, batch: TensorDict) -> torch.Tensor:
         """Mean token cross-entropy (at temperature 1) of demo chunks: batch[action] [B, H, A], or
@@ -225,6 +245,12 @@ class VLAPolicy(Policy):
         return (nll * weight).sum() / weight.sum().clamp(min=1)
 
     # --- helpers ----------------------------------------------------------------------------
+    def _value(self, obs: TensorDict, hidden: torch.Tensor | None) -> torch.Tensor:
+        """V [B]: the separate critic's on the state, or the value head's on the last prefix hidden state [B, D]."""
+        if self.critic is not None:
+            return self.critic(self.state_norm(obs[keys.STATE])).squeeze(-1)
+        return self.value_head(hidden).squeeze(-1)
+
     def to_env_action(self, bins: torch.Tensor) -> torch.Tensor:
         """Bin indices [B, A] -> the env action [B, A], within the spec's bounds."""
         action = self.action_norm.inverse(self.bins.detokenize(bins))

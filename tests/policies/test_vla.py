@@ -232,3 +232,37 @@ def test_ppo_update_on_collector_rollouts_moves_log_probs_with_the_advantage():
     with torch.no_grad():
         new, _, _ = policy.evaluate(batch[keys.OBS], batch[keys.ACTION], batch[keys.EXTRAS])
     assert ((new - batch[keys.LOG_PROB]) * (advantage - advantage.mean())).sum() > 0
+
+
+def test_token_ratios_score_each_action_token_and_the_mlp_critic_leaves_the_backbone_alone():
+    env = arm(6)
+    obs = env.reset(seed=0)
+    policy = policy_for(env, horizon=2, token_ratios=True, critic="mlp")
+    out = policy.act(obs)
+    assert out.log_prob.shape == (6, 2 * 4)
+    torch.testing.assert_close(out.log_prob, out.extras["token_log_prob"])
+    log_prob, entropy, value = policy.evaluate(obs, out.action, out.extras)
+    torch.testing.assert_close(log_prob, out.log_prob, atol=1e-4, rtol=1e-5)
+    assert entropy.shape == (6, 8) and value.shape == (6,)
+    torch.testing.assert_close(value, out.value)
+    torch.testing.assert_close(policy.value(obs), value)  # no backbone pass needed, the same number
+    # the critic's loss reaches the critic only: PPO's value gradient cannot reshape the token distribution
+    (value.square().mean()).backward()
+    assert all(p.grad is None for p in policy.lm.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.critic.parameters())
+    # one PPO update on per-token ratios moves the log-probs with the advantage (token-mean loss, mask [T, N, 1])
+    collector = Collector(env, policy, steps=6)
+    collector.reset(seed=0)
+    batch = collector.collect()
+    assert batch[keys.LOG_PROB].shape == (6, 6, 8)
+    algo = PPO(PPO.Config(lr=1e-3, epochs=1, minibatches=1, desired_kl=None, entropy_coef=0.0), policy)
+    from embodied.algorithms.advantages import gae
+
+    advantage, _ = gae(batch[keys.REWARD], batch[keys.VALUE], batch["next_value"], batch[keys.TERMINATED].float(),
+                       batch[keys.DONE].float(), algo.config.gamma, algo.config.lam)
+    algo.update(batch)
+    with torch.no_grad():
+        new, _, _ = policy.evaluate(batch[keys.OBS], batch[keys.ACTION], batch[keys.EXTRAS])
+    assert (((new - batch[keys.LOG_PROB]).sum(-1)) * (advantage - advantage.mean())).sum() > 0
+    with pytest.raises(ConfigError, match="policy.critic"):
+        VLAConfig(critic="shared")
