@@ -217,21 +217,27 @@ def test_grpo_update_on_group_rollouts_moves_log_probs_with_the_advantage():
     assert (change * advantage).sum() > 0  # more likely where better than the group, less where worse
 
 
-def test_ppo_update_on_collector_rollouts_moves_log_probs_with_the_advantage():
-    env = arm(8)
-    policy = policy_for(env, horizon=2)
+def ppo_moves_log_probs_with_the_advantage(env, policy):
+    """One PPO update on Collector rollouts; True when the (summed) log-probs rose where the advantage is high."""
+    from embodied.algorithms.advantages import gae
+
     collector = Collector(env, policy, steps=6)
     collector.reset(seed=0)
     batch = collector.collect()
     algo = PPO(PPO.Config(lr=1e-3, epochs=1, minibatches=1, desired_kl=None, entropy_coef=0.0), policy)
-    from embodied.algorithms.advantages import gae
-
     advantage, _ = gae(batch[keys.REWARD], batch[keys.VALUE], batch["next_value"], batch[keys.TERMINATED].float(),
                        batch[keys.DONE].float(), algo.config.gamma, algo.config.lam)
     algo.update(batch)
     with torch.no_grad():
         new, _, _ = policy.evaluate(batch[keys.OBS], batch[keys.ACTION], batch[keys.EXTRAS])
-    assert ((new - batch[keys.LOG_PROB]) * (advantage - advantage.mean())).sum() > 0
+    change = new - batch[keys.LOG_PROB]
+    change = change.sum(-1) if change.dim() > advantage.dim() else change  # per-token ratios: [T, N, K]
+    return bool((change * (advantage - advantage.mean())).sum() > 0)
+
+
+def test_ppo_update_on_collector_rollouts_moves_log_probs_with_the_advantage():
+    env = arm(8)
+    assert ppo_moves_log_probs_with_the_advantage(env, policy_for(env, horizon=2))
 
 
 def test_token_ratios_score_each_action_token_and_the_mlp_critic_leaves_the_backbone_alone():
@@ -250,19 +256,7 @@ def test_token_ratios_score_each_action_token_and_the_mlp_critic_leaves_the_back
     (value.square().mean()).backward()
     assert all(p.grad is None for p in policy.lm.parameters())
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.critic.parameters())
-    # one PPO update on per-token ratios moves the log-probs with the advantage (token-mean loss, mask [T, N, 1])
-    collector = Collector(env, policy, steps=6)
-    collector.reset(seed=0)
-    batch = collector.collect()
-    assert batch[keys.LOG_PROB].shape == (6, 6, 8)
-    algo = PPO(PPO.Config(lr=1e-3, epochs=1, minibatches=1, desired_kl=None, entropy_coef=0.0), policy)
-    from embodied.algorithms.advantages import gae
-
-    advantage, _ = gae(batch[keys.REWARD], batch[keys.VALUE], batch["next_value"], batch[keys.TERMINATED].float(),
-                       batch[keys.DONE].float(), algo.config.gamma, algo.config.lam)
-    algo.update(batch)
-    with torch.no_grad():
-        new, _, _ = policy.evaluate(batch[keys.OBS], batch[keys.ACTION], batch[keys.EXTRAS])
-    assert (((new - batch[keys.LOG_PROB]).sum(-1)) * (advantage - advantage.mean())).sum() > 0
+    # one PPO update on per-token ratios (log_prob [T, N, K], token-mean loss) moves the log-probs with the advantage
+    assert ppo_moves_log_probs_with_the_advantage(env, policy)
     with pytest.raises(ConfigError, match="policy.critic"):
         VLAConfig(critic="shared")
