@@ -1,8 +1,12 @@
-"""MLP Gaussian actor-critic, with an optional privileged-observation (asymmetric) critic.
+"""MLP Gaussian actor-critic, with an optional privileged-observation (asymmetric) critic and camera input.
 
 The actor sees `obs["state"]`; with `asymmetric_critic` the critic also sees
-`obs["privileged"]` (simulator-only quantities such as randomized mass), as in
-asymmetric actor-critic (Pinto et al. 2018). Inputs are normalized by running
+`obs["privileged"]` (simulator-only quantities such as randomized mass, or the goal
+that a pixel policy must find in its images), as in asymmetric actor-critic
+(Pinto et al. 2018). With `images` the actor also reads every `images/<camera>`
+through a small CNN per camera (policies/common/nets.py); the critic reads the same
+features unless it is asymmetric, where the privileged state stands in for them
+(cheaper, and the value needs no perception). States are normalized by running
 statistics the policy carries (and saves), updated through `observe`.
 """
 
@@ -20,6 +24,7 @@ from embodied import keys
 from embodied.config import check
 from embodied.policy import ActOutput, Policy
 from embodied.specs import Spec
+from policies.common.nets import CameraEncoder
 
 _ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU}
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -33,19 +38,34 @@ class MLPConfig:
     init_std: float = 0.5  # initial action std; actions live in [-1, 1]
     asymmetric_critic: bool = False  # critic also sees obs["privileged"]
     normalize_obs: bool = True  # running mean/std input normalization (rsl_rl EmpiricalNormalization)
+    # stop updating those statistics once this many samples are in (rsl_rl EmpiricalNormalization's `until`);
+    # 1 keeps the first batch's (e.g. the demonstrations'); null = never stop
+    normalize_until: int | None = None
+    images: bool = False  # the actor also reads each images/<camera> through a CNN (nets.ImageEncoder)
+    image_features: int = 64  # CNN output width per camera (nets.ObsEncoder's default)
+    image_channels: tuple[int, int, int] = (32, 64, 64)  # widths of the three stride-2 convolutions (nets.ImageEncoder)
+    # keypoints (Levine et al. 2016) rather than average pooling: a reaching policy needs where things are
+    image_pool: Literal["avg", "spatial_softmax"] = "spatial_softmax"
 
     def __post_init__(self):
         check(len(self.actor_hidden) > 0 and all(w > 0 for w in self.actor_hidden), "policy.actor_hidden needs positive widths")
         check(len(self.critic_hidden) > 0 and all(w > 0 for w in self.critic_hidden), "policy.critic_hidden needs positive widths")
         check(self.init_std > 0, f"policy.init_std={self.init_std} must be > 0")
+        check(self.normalize_until is None or self.normalize_until >= 1, "policy.normalize_until must be >= 1 or null")
+        check(self.image_features > 0, f"policy.image_features={self.image_features} must be > 0")
+        check(len(self.image_channels) == 3 and all(c > 0 for c in self.image_channels),
+              f"policy.image_channels={self.image_channels} needs three positive widths")
+        check(self.image_pool in ("avg", "spatial_softmax"),
+              f"policy.image_pool={self.image_pool!r}; valid choices: avg, spatial_softmax")
 
 
 class RunningNorm(nn.Module):
-    """Running mean/variance of inputs [*, D] (Chan et al. parallel update), applied as (x - mean) / std."""
+    """Running mean/variance of inputs [*, D] (Chan et al. parallel update), applied as (x - mean) / std;
+    frozen once `until` samples are in (None: never)."""
 
-    def __init__(self, dim: int, eps: float = 1e-2):
+    def __init__(self, dim: int, eps: float = 1e-2, until: int | None = None):
         super().__init__()
-        self.eps = eps
+        self.eps, self.until = eps, until
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("var", torch.ones(dim))
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
@@ -55,6 +75,8 @@ class RunningNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
+        if self.until is not None and self.count >= self.until:
+            return
         x = x.reshape(-1, x.shape[-1])
         n = x.shape[0]
         var, mean = torch.var_mean(x, dim=0, correction=0)
@@ -82,7 +104,7 @@ def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
 
 
 class MLPPolicy(Policy):
-    """Diagonal Gaussian actor and value critic over `obs["state"]` (and `privileged`)."""
+    """Diagonal Gaussian actor and value critic over `obs["state"]` (and `privileged`, `images/<camera>`)."""
 
     Config = MLPConfig
 
@@ -93,24 +115,44 @@ class MLPPolicy(Policy):
             raise ValueError(f"MLPPolicy needs a 'state' observation; the env gives {sorted(observation_spec)}")
         if config.asymmetric_critic and keys.PRIVILEGED not in observation_spec:
             raise ValueError("policy.asymmetric_critic=true needs a 'privileged' observation, which this env lacks")
+        self.image_encoder = None
+        if config.images:
+            self.image_encoder = CameraEncoder(
+                observation_spec, config.image_features, channels=tuple(config.image_channels), pool=config.image_pool
+            )
+            if not self.image_encoder.cameras:
+                raise ValueError(f"policy.images=true needs images/<camera> observations; the env gives "
+                                 f"{sorted(observation_spec)} (set env.cameras)")
         obs_dim = observation_spec[keys.STATE].shape[0]
         priv_dim = observation_spec[keys.PRIVILEGED].shape[0] if config.asymmetric_critic else 0
+        image_dim = self.image_encoder.dim if self.image_encoder is not None else 0
         act_dim = action_spec.shape[0]
-        self.actor = mlp([obs_dim, *config.actor_hidden, act_dim], config.activation, out_gain=0.01)
-        self.critic = mlp([obs_dim + priv_dim, *config.critic_hidden, 1], config.activation, out_gain=1.0)
+        self.actor = mlp([obs_dim + image_dim, *config.actor_hidden, act_dim], config.activation, out_gain=0.01)
+        critic_dim = obs_dim + (priv_dim if config.asymmetric_critic else image_dim)
+        self.critic = mlp([critic_dim, *config.critic_hidden, 1], config.activation, out_gain=1.0)
         self.log_std = nn.Parameter(torch.full((act_dim,), math.log(config.init_std)))
-        self.state_norm = RunningNorm(obs_dim) if config.normalize_obs else nn.Identity()
-        self.priv_norm = RunningNorm(priv_dim) if config.normalize_obs and priv_dim else nn.Identity()
+        until = config.normalize_until
+        self.state_norm = RunningNorm(obs_dim, until=until) if config.normalize_obs else nn.Identity()
+        self.priv_norm = RunningNorm(priv_dim, until=until) if config.normalize_obs and priv_dim else nn.Identity()
 
-    def _critic_input(self, obs: TensorDict, state: torch.Tensor) -> torch.Tensor:
+    def _encode(self, obs: TensorDict, images: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(normalized state [B, S], image features [B, F] or None)."""
+        state = self.state_norm(obs[keys.STATE])
+        return state, (self.image_encoder(obs) if images and self.image_encoder is not None else None)
+
+    @staticmethod
+    def _actor_input(state: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
+        return state if features is None else torch.cat([state, features], -1)
+
+    def _critic_input(self, obs: TensorDict, state: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         if not self.config.asymmetric_critic:
-            return state
+            return self._actor_input(state, features)
         return torch.cat([state, self.priv_norm(obs[keys.PRIVILEGED])], dim=-1)
 
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOutput:
-        state = self.state_norm(obs[keys.STATE])
-        mean = self.actor(state)
-        value = self.critic(self._critic_input(obs, state)).squeeze(-1)
+        state, features = self._encode(obs)
+        mean = self.actor(self._actor_input(state, features))
+        value = self.critic(self._critic_input(obs, state, features)).squeeze(-1)
         if deterministic:
             return ActOutput(mean, torch.zeros_like(value), value, {})
         std = self.log_std.exp()
@@ -120,17 +162,17 @@ class MLPPolicy(Policy):
         return ActOutput(action, log_prob, value, {})
 
     def evaluate(self, obs: TensorDict, action: torch.Tensor, extras: dict[str, Any] | None = None):
-        state = self.state_norm(obs[keys.STATE])
-        mean = self.actor(state)
-        value = self.critic(self._critic_input(obs, state)).squeeze(-1)
+        state, features = self._encode(obs)
+        mean = self.actor(self._actor_input(state, features))
+        value = self.critic(self._critic_input(obs, state, features)).squeeze(-1)
         z = (action - mean) * torch.exp(-self.log_std)
         log_prob = -(0.5 * z.square() + self.log_std + _LOG_SQRT_2PI).sum(-1)
         entropy = (self.log_std + 0.5 + _LOG_SQRT_2PI).sum().expand_as(log_prob)
         return log_prob, entropy, value
 
     def value(self, obs: TensorDict) -> torch.Tensor:
-        state = self.state_norm(obs[keys.STATE])
-        return self.critic(self._critic_input(obs, state)).squeeze(-1)
+        state, features = self._encode(obs, images=not self.config.asymmetric_critic)  # privileged: no CNN pass
+        return self.critic(self._critic_input(obs, state, features)).squeeze(-1)
 
     def bc_loss(self, batch: TensorDict) -> torch.Tensor:
         """Negative log-likelihood of the demonstrated actions."""

@@ -8,6 +8,7 @@ diffusion/flow time is [B] (float: the DDPM step index or the flow time).
 from __future__ import annotations
 
 import math
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDict
@@ -70,20 +71,65 @@ class ChunkDenoiser(nn.Module):
         return self.out(self.features(x, t, cond)).view(-1, self.horizon, self.action_dim)
 
 
-class ImageEncoder(nn.Module):
-    """uint8 [B, H, W, 3] -> [B, out]: three stride-2 convolutions and global average pooling
-    (a smaller NatureCNN, Mnih et al. 2015; spatial pooling as in Diffusion Policy's ResNet, Chi et al. 2023)."""
+class SpatialSoftmax(nn.Module):
+    """[B, C, H, W] -> [B, 2C]: the expected (x, y) in [-1, 1] of each channel's softmax over the image:
+    one keypoint per channel (Levine et al. 2016, "End-to-End Training of Deep Visuomotor Policies";
+    robomimic's and Diffusion Policy's image encoders). Where a thing is, not what: what a reaching
+    policy needs from a few-pixel target."""
 
-    def __init__(self, out: int = 64):
+    def __init__(self, height: int, width: int):
         super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(3, 32, 5, stride=2, padding=2), nn.Mish(), nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.Mish(),
-            nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.Mish(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-            nn.Linear(64, out),
-        )
+        ys, xs = torch.meshgrid(torch.linspace(-1, 1, height), torch.linspace(-1, 1, width), indexing="ij")
+        self.register_buffer("grid", torch.stack([xs.flatten(), ys.flatten()], -1))  # [H*W, 2]
+        self.log_temperature = nn.Parameter(torch.zeros(()))  # learned, as in Levine et al.
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        attention = torch.softmax(x.flatten(2) * torch.exp(-self.log_temperature), -1)  # [B, C, H*W]
+        return (attention @ self.grid).flatten(1)
+
+
+class ImageEncoder(nn.Module):
+    """uint8 [B, H, W, 3] -> [B, out]: three stride-2 convolutions (a smaller NatureCNN, Mnih et al. 2015),
+    then global average pooling (as Diffusion Policy's ResNet, Chi et al. 2023) or a spatial softmax
+    (keypoints, SpatialSoftmax above), and a linear layer. `size` (image height, width) is needed only by
+    the spatial softmax."""
+
+    def __init__(self, out: int = 64, channels: tuple[int, int, int] = (32, 64, 64),
+                 pool: Literal["avg", "spatial_softmax"] = "avg", size: tuple[int, int] = (64, 64)):
+        super().__init__()
+        c1, c2, c3 = channels
+        convs = [nn.Conv2d(3, c1, 5, stride=2, padding=2), nn.Mish(), nn.Conv2d(c1, c2, 3, stride=2, padding=1),
+                 nn.Mish(), nn.Conv2d(c2, c3, 3, stride=2, padding=1)]
+        if pool == "avg":
+            head = [nn.Mish(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c3, out)]
+        elif pool == "spatial_softmax":
+            height, width = size
+            for _ in range(3):  # each stride-2 convolution above: ceil(side / 2)
+                height, width = (height + 1) // 2, (width + 1) // 2
+            head = [SpatialSoftmax(height, width), nn.Linear(2 * c3, out)]
+        else:
+            raise ValueError(f"pool={pool!r}; valid choices: 'avg', 'spatial_softmax'")
+        self.net = nn.Sequential(*convs, *head)
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         return self.net(image.permute(0, 3, 1, 2).float() / 255.0)
+
+
+class CameraEncoder(nn.ModuleDict):
+    """obs TensorDict -> [B, F * cameras]: one ImageEncoder per `images/<cam>` of the spec, features concatenated
+    in camera-name order. `ImageEncoder` keyword arguments (channels, pool) pass through."""
+
+    def __init__(self, observation_spec: dict[str, Spec], features: int = 64, **encoder: Any):
+        cams = sorted(k.split("/", 1)[1] for k in observation_spec if k.startswith(keys.IMAGES + "/"))
+        super().__init__({
+            cam: ImageEncoder(features, size=observation_spec[f"{keys.IMAGES}/{cam}"].shape[:2], **encoder)
+            for cam in cams
+        })
+        self.cameras = cams
+        self.dim = features * len(cams)
+
+    def forward(self, obs: TensorDict) -> torch.Tensor:
+        return torch.cat([self[cam](obs[keys.IMAGES, cam]) for cam in self.cameras], -1)
 
 
 class ObsEncoder(nn.Module):
@@ -95,14 +141,13 @@ class ObsEncoder(nn.Module):
             raise ValueError(f"generative policies need a 'state' observation; the env gives {sorted(observation_spec)}")
         self.state_dim = observation_spec[keys.STATE].shape[0]
         self.state_norm = Normalizer(self.state_dim)
-        self.cameras = sorted(k.split("/", 1)[1] for k in observation_spec if k.startswith(keys.IMAGES + "/"))
-        self.images = nn.ModuleDict({cam: ImageEncoder(image_features) for cam in self.cameras})
-        self.dim = self.state_dim + image_features * len(self.cameras)
+        self.images = CameraEncoder(observation_spec, image_features)
+        self.cameras = self.images.cameras
+        self.dim = self.state_dim + self.images.dim
 
     def forward(self, obs: TensorDict) -> torch.Tensor:
-        parts = [self.state_norm(obs[keys.STATE])]
-        parts += [self.images[cam](obs[keys.IMAGES, cam]) for cam in self.cameras]
-        return parts[0] if len(parts) == 1 else torch.cat(parts, -1)
+        state = self.state_norm(obs[keys.STATE])
+        return torch.cat([state, self.images(obs)], -1) if self.cameras else state
 
 
 def value_mlp(in_dim: int, hidden: tuple[int, ...]) -> nn.Sequential:

@@ -29,6 +29,10 @@ Observation `state` (float32):
     [15:18] tcp position (m)           [18:21] cube position (m)     [21:24] target position (m)
     [24:27] cube - tcp                 [27:30] target - (cube, or tcp for reach)
     [30]    1 when both finger pads touch something (a grasp)
+With `goal_in_state=false` the two goal rows [21:24] and [27:30] leave `state` (then [N, 25],
+the other rows in order) for `privileged` [N, 6] (target, target - (cube or tcp)): a policy
+must find the goal in its camera images, while an asymmetric critic may still read it
+(Pinto et al. 2018). `observe_state` keeps the full 31 rows (the scripted experts).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from sims.mujoco.physics import make_stepper, state_size
 from sims.mujoco.render import MAX_DEPTH, CameraRenderer
 
 STATE_DIM = 31
+GOAL_ROWS = np.r_[21:24, 27:30]  # the state rows that give the goal away (goal_in_state=false moves them)
 DEPTH = "depth"  # depth images: depth/<camera> float32 [N, H, W, 1] metres
 
 
@@ -84,6 +89,7 @@ class MujocoArmConfig:
     stepper: Literal["rollout", "threads"] = "rollout"  # mujoco.rollout's pool is faster (benchmarks/RESULTS.md)
     num_threads: int = 2  # native stepping threads
     max_instruction_bytes: int = 64  # width of the `language` byte tensor
+    goal_in_state: bool = True  # false: the goal rows move from `state` to `privileged` (pixel policies)
 
     def __post_init__(self):
         valid = ("ee_delta", "joint_delta")
@@ -155,7 +161,11 @@ class MujocoArmEnv(VecEnv):
         self.friction, self.mass, self.light = np.ones(n), np.ones(n), np.ones(n)  # randomized scales
         self.camera = np.zeros((n, 3))  # m, camera position shifts
 
-        self.observation_spec = {"state": Spec((STATE_DIM,)), "language": text_spec(config.max_instruction_bytes)}
+        self._state_rows = np.setdiff1d(np.arange(STATE_DIM), [] if config.goal_in_state else GOAL_ROWS)
+        self.observation_spec = {"state": Spec((len(self._state_rows),)),
+                                 "language": text_spec(config.max_instruction_bytes)}
+        if not config.goal_in_state:
+            self.observation_spec["privileged"] = Spec((len(GOAL_ROWS),))
         size = config.image_size
         for cam in config.cameras:
             self.observation_spec[f"images/{cam}"] = Spec((size, size, 3), torch.uint8)
@@ -264,7 +274,7 @@ class MujocoArmEnv(VecEnv):
         self.physics, self.sensordata = self.stepper.step(self.models, self.physics, ctrl, cfg.substeps)
 
     def observe_state(self) -> torch.Tensor:
-        """The `state` observation [N, 31] of the current step, without rendering (scripted experts)."""
+        """The full state [N, 31] of the current step, goal rows included, without rendering (scripted experts)."""
         return torch.from_numpy(self._state(self._quantities())).to(self.device)
 
     def _state(self, q: dict[str, np.ndarray]) -> np.ndarray:
@@ -282,7 +292,13 @@ class MujocoArmEnv(VecEnv):
 
     def _observe(self, q: dict[str, np.ndarray] | None = None) -> TensorDict:
         q = self._quantities() if q is None else q
-        out = {"state": torch.from_numpy(self._state(q)), "language": self.instructions[torch.from_numpy(self.template)]}
+        state = self._state(q)
+        out = {"language": self.instructions[torch.from_numpy(self.template)]}
+        if self.config.goal_in_state:
+            out["state"] = torch.from_numpy(state)
+        else:
+            out["state"] = torch.from_numpy(state[:, self._state_rows])
+            out["privileged"] = torch.from_numpy(state[:, GOAL_ROWS])
         if self.renderer is not None:
             rgb, depth = self.renderer.render(self.physics, self.target, self.camera, self.light)
             out["images"] = {c: torch.from_numpy(v) for c, v in rgb.items()}

@@ -72,7 +72,9 @@ BASE_POS = (-0.615, 0.0, 0.0)  # ManiSkill3 TableSceneBuilder
 CUBE_HALF = 0.02  # m, ManiSkill3 PushCube/PickCube
 CUBE_DENSITY = 1000.0  # kg/m^3 (ManiSkill3's default), 0.064 kg
 TIMESTEP = 0.004  # s; the stiffest servo (joint 7: 2000 N m/rad on ~0.11 kg m^2) has w*dt = 0.55, stable
-CAMERAS = ("front", "wrist")
+# "side" looks along -y at the reach targets' height: with "front" (which looks down along -x, so a point in
+# the air is ambiguous along its ray: up to 0.37 m within the reach target box) it triangulates a goal in the air
+CAMERAS = ("front", "wrist", "side")
 
 
 def _v(x) -> str:
@@ -154,6 +156,7 @@ def scene_xml() -> str:
     <geom name="floor" type="plane" pos="0 0 -0.75" size="2 2 0.1" rgba="0.3 0.3 0.35 1" contype="0" conaffinity="0"/>
     <geom name="table" type="box" pos="-0.12 0 -0.02" size="0.7 0.6 0.02" material="table" contype="1" conaffinity="0"/>
     <camera name="front" pos="0.55 0 0.45" xyaxes="0 1 0 -0.6 0 0.8" fovy="50"/>
+    <camera name="side" pos="0 0.7 0.2" xyaxes="-1 0 0 0 0 1" fovy="50"/>
     <body name="base" pos="{_v(BASE_POS)}">
       <geom type="cylinder" pos="0 0 0.05" size="0.08 0.05" contype="0" conaffinity="0" rgba="0.92 0.92 0.95 1"/>
       {_arm()}
