@@ -17,7 +17,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.algorithms.advantages import gae, normalize
-from embodied.algorithms.losses import NonFiniteLossError, ppo_loss, value_loss
+from embodied.algorithms.losses import NonFiniteLossError, ppo_loss
 from embodied.config import ConfigError, check
 from embodied.policy import Policy
 
@@ -111,6 +111,9 @@ class PPO:
     def _step(self, mb: TensorDict) -> dict[str, torch.Tensor]:
         cfg = self.config
         log_prob, entropy, value = self.policy.evaluate(mb[keys.OBS], mb[keys.ACTION], mb.get(keys.EXTRAS, None))
+        warmup = self.updates < cfg.critic_warmup
+        if warmup:  # the critic's loss alone: the actor's terms carry no gradient
+            log_prob, entropy = log_prob.detach(), None if entropy is None else entropy.detach()
         mask = mb.get(keys.MASK, None)
         if mask is not None and log_prob.dim() > mask.dim():  # one decision scored as several steps [B, S]
             mask = mask.unsqueeze(-1)
@@ -121,10 +124,6 @@ class PPO:
         )
         if not torch.isfinite(loss):
             raise NonFiniteLossError(f"PPO loss became {loss.item()} (metrics: { {k: float(v) for k, v in metrics.items()} })")
-        warmup = self.updates < cfg.critic_warmup
-        if warmup:  # the critic's loss alone: no gradient reaches the actor
-            value_mask = mask.any(-1) if mask is not None and value.dim() < mask.dim() else mask
-            loss = cfg.value_coef * value_loss(value, mb[keys.VALUE], mb[keys.RETURN], cfg.value_clip, value_mask)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm, foreach=True)

@@ -37,11 +37,13 @@ def commands(dim):
     return st.one_of(well_formed.map(lambda c: (c, False)), malformed.map(lambda c: (c, True)))
 
 
-def fire_commands(robot, hardware_log, max_examples: int = 40) -> None:
+def fire_commands(robot, hardware_log, max_examples: int = 40) -> dict[str, int]:
     """Run the property over `robot` (connected, at a control rate low enough that its watchdog stays out of the
-    way between examples); hardware_log() lists what reached the hardware so far: (values in command units, kind)."""
+    way between examples); hardware_log() lists what reached the hardware so far: (values in command units, kind).
+    Returns how many commands were sent and rejected, so a caller can tell the property was not met vacuously."""
     dim, low, high = robot.action_spec.shape[0], robot.safety.low, robot.safety.high
     max_step = robot.config.safety.max_step
+    tally = {"sent": 0, "rejected": 0}
 
     @settings(max_examples=max_examples, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     @given(batch=st.lists(st.tuples(commands(dim), st.floats(0, 0.5)), min_size=1, max_size=6))
@@ -54,6 +56,7 @@ def fire_commands(robot, hardware_log, max_examples: int = 40) -> None:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")  # e.g. numpy casting complex to real: nothing may be dropped
                 sent = robot.send_action(command, stamp=obs["timestamp"] - age)
+            tally["rejected" if sent is None else "sent"] += 1
             if sent is not None:
                 passed += 1
                 references.append(reference)
@@ -71,3 +74,4 @@ def fire_commands(robot, hardware_log, max_examples: int = 40) -> None:
                 assert np.all(np.abs(values - reference) <= max_step + 1e-5)
 
     check()
+    return tally
