@@ -136,10 +136,12 @@ class Robot:
             self._failsafe(reason)
 
     def clear_failsafe(self) -> None:
-        """Operator acknowledgement: accept commands again."""
-        self.failsafe_reason = None
-        self.safety.clear()
-        self._clear()
+        """Operator acknowledgement: accept commands again. Waits for a failsafe still in progress (the watchdog
+        thread sets the reason before its hold is written), so a hold failing after the clear cannot re-latch."""
+        with self._io:
+            self.failsafe_reason = None
+            self.safety.clear()
+            self._clear()
 
     def _require_connected(self) -> None:
         if not self.connected:

@@ -4,6 +4,7 @@ test_lerobot_real.py."""
 
 import importlib.util
 import math
+import threading
 import time
 from types import SimpleNamespace
 
@@ -103,6 +104,34 @@ def test_link_loss_on_read_fails_safe_and_the_watchdog_survives_it(name):
         assert arm.failsafe_reason.startswith("no command for") and len(bus.goal_log) == 3
         bus.link_up = False
     assert not arm.connected  # disconnecting with the link down: LeRobot cannot turn torque off; we still let go
+
+
+def test_clearing_waits_for_a_hold_still_being_written():
+    """The watchdog sets the failsafe reason, then writes the hold. An operator clearing in between (the link back,
+    the hold's transfer already failing) must not be re-latched by that failure afterwards (a CI race, once)."""
+    with lerobot_arm("so101", safety={"watchdog_periods": 20}) as (arm, bus):
+        started, finish = threading.Event(), threading.Event()
+        real_write = bus.sync_write
+
+        def slow_failing_write(data_name, values, **kw):
+            if data_name == "Goal_Position" and not bus.link_up:
+                started.set()
+                finish.wait(2.0)  # the transfer times out after the cable is back
+            return real_write(data_name, values, **kw)
+
+        bus.sync_write = slow_failing_write
+        bus.link_up = False
+        holder = threading.Thread(target=arm.failsafe, args=("no command for 250.0 ms", "watchdog"))
+        holder.start()
+        assert started.wait(2.0) and arm.failsafe_reason.startswith("no command for")
+        bus.link_up = True
+        threading.Timer(0.05, lambda: (setattr(bus, "link_up", False), finish.set())).start()  # the write fails
+        arm.clear_failsafe()  # waits for the failed hold, then clears
+        holder.join(2.0)
+        bus.link_up = True
+        assert finish.is_set() and arm.failsafe_reason is None and arm.safety.counts["link"] == 0  # not re-latched
+        obs = arm.get_observation()
+        assert arm.send_action(obs["qpos"], stamp=obs["timestamp"]) is not None
 
 
 @pytest.mark.hardware
