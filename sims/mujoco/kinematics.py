@@ -34,11 +34,12 @@ def _quat_to_mat(q) -> np.ndarray:
     )
 
 
-_LINK_ROT = np.stack([_quat_to_mat(q) for _, _, q in scene.LINKS])  # [7, 3, 3]
-_LINK_POS = np.array([p for _, p, _ in scene.LINKS], dtype=np.float64)  # [7, 3]
+_LINK = np.zeros((7, 4, 4))  # each body's homogeneous transform in its parent: (L_i, P_i); the base's in the world
+_LINK[:, :3, :3] = np.stack([_quat_to_mat(q) for _, _, q in scene.LINKS])
+_LINK[:, :3, 3], _LINK[:, 3, 3] = np.array([p for _, p, _ in scene.LINKS], dtype=np.float64), 1.0
+_LINK[0, :3, 3] += np.array(scene.BASE_POS, dtype=np.float64)
 _HAND_ROT = _quat_to_mat(scene.HAND_QUAT)
 _TCP_POS = np.array(scene.HAND_POS, dtype=np.float64) + np.array([0.0, 0.0, scene.TCP_OFFSET])
-_BASE = np.array(scene.BASE_POS, dtype=np.float64)
 
 
 class Frames(NamedTuple):
@@ -52,22 +53,22 @@ def joint_frames(qpos: np.ndarray) -> Frames:
     """Forward kinematics of qpos [N, 7] (rad) along the MJCF's body chain.
 
     Body i sits at P_i, turned by L_i, in its parent, and its joint turns it about its own z
-    axis: its frame is parent @ L_i @ Rz(q_i). The seven L_i @ Rz(q_i) are built in one go,
-    leaving seven batched 3x3 products (a third of the numpy calls of a per-joint build).
+    axis: its frame is parent @ (L_i Rz(q_i), P_i). The seven local transforms are built in one
+    go as 4x4 homogeneous matrices, leaving one batched product per joint, written in place.
     """
     n = qpos.shape[0]
     cos, sin = np.cos(qpos)[:, :, None], np.sin(qpos)[:, :, None]  # [N, 7, 1]
-    x, y, z = _LINK_ROT[:, :, 0], _LINK_ROT[:, :, 1], _LINK_ROT[:, :, 2]  # [7, 3] columns of each L_i
-    turned = np.empty((n, 7, 3, 3))
-    turned[..., 0], turned[..., 1], turned[..., 2] = cos * x + sin * y, cos * y - sin * x, z
-    axes, origins = np.empty((n, 7, 3)), np.empty((n, 7, 3))
-    rot, pos = turned[:, 0], _BASE + _LINK_POS[0]  # the base frame is the world's
-    axes[:, 0], origins[:, 0] = rot[:, :, 2], pos
+    local = np.empty((n, 7, 4, 4))
+    x, y = _LINK[:, :, 0], _LINK[:, :, 1]  # [7, 4]: the x and y columns of each (L_i, P_i)
+    local[..., 0], local[..., 1], local[..., 2:] = cos * x + sin * y, cos * y - sin * x, _LINK[:, :, 2:]
+    world = np.empty((n, 7, 4, 4))
+    world[:, 0] = local[:, 0]  # the base's parent is the world
     for i in range(1, 7):
-        pos = pos + rot @ _LINK_POS[i]
-        rot = rot @ turned[:, i]
-        axes[:, i], origins[:, i] = rot[:, :, 2], pos  # Rz(q_i) keeps the z axis
-    return Frames(axes, origins, pos + rot @ _TCP_POS, rot @ _HAND_ROT)
+        np.matmul(world[:, i - 1], local[:, i], out=world[:, i])
+    hand = world[:, 6, :3]  # [N, 3, 4]
+    # Rz(q_i) keeps the z axis: joint i turns about its body's z, through its body's origin
+    return Frames(world[:, :, :3, 2], world[:, :, :3, 3], hand[:, :, :3] @ _TCP_POS + hand[:, :, 3],
+                  hand[:, :, :3] @ _HAND_ROT)  # fmt: skip
 
 
 def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
