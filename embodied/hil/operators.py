@@ -33,7 +33,7 @@ def _arm_reach_progress(env, obs):
 
 def _mujoco_progress(with_cube: bool) -> Progress:
     def progress(env, obs):  # sims/mujoco/env.py state layout: [24:27] cube - tcp, [27:30] target - (cube or tcp)
-        state = obs["state"]
+        state = env.full_state(obs)  # the goal rows may sit in `privileged` (goal_in_state=false)
         distance = state[:, 27:30].norm(dim=-1)
         if with_cube:
             distance = distance + state[:, 24:27].norm(dim=-1)

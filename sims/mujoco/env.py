@@ -277,6 +277,15 @@ class MujocoArmEnv(VecEnv):
         """The full state [N, 31] of the current step, goal rows included, without rendering (scripted experts)."""
         return torch.from_numpy(self._state(self._quantities())).to(self.device)
 
+    def full_state(self, obs) -> torch.Tensor:
+        """The full state [N, 31] of an observation of this env: `state` itself, or with `goal_in_state=false`
+        its rows and the goal rows of `privileged` put back in the documented layout (operators, experts)."""
+        if self.config.goal_in_state:
+            return obs["state"]
+        state = obs["state"].new_empty(obs["state"].shape[0], STATE_DIM)
+        state[:, self._state_rows], state[:, GOAL_ROWS] = obs["state"], obs["privileged"]
+        return state
+
     def _state(self, q: dict[str, np.ndarray]) -> np.ndarray:
         phys, v = self.physics, self.qvel_col
         return np.concatenate(

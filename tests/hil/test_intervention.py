@@ -64,8 +64,8 @@ def test_scripted_arm_reach_operator_rescues_a_bad_policy_and_logs_rates():
 
 def test_scripted_mujoco_operators_rescue_a_still_policy():
     pytest.importorskip("sims.mujoco")  # sets MUJOCO_GL before mujoco loads
-    for name in ("mujoco_reach", "mujoco_push"):
-        env = registry.build("env", name, {}, num_envs=8)
+    for name, goal_in_state in (("mujoco_reach", True), ("mujoco_push", True), ("mujoco_reach", False)):
+        env = registry.build("env", name, {"goal_in_state": goal_in_state}, num_envs=8)  # False: the goal in privileged
         dim = env.action_spec.shape[0]
         operator = scripted_operator(env, name, ScriptedOperatorConfig(action_dim=dim, min_steps=15, max_per_episode=3))
         actor = InterventionActor(env, ConstantPolicy(0.0, dim), operator)

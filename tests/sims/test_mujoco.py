@@ -165,3 +165,12 @@ def test_seeding_language_and_bad_config():
         MujocoReachEnv.Config(cameras=("top",))
     with pytest.raises(ConfigError, match="multiple of the physics timestep"):
         MujocoReachEnv.Config(control_dt=0.03)
+
+
+def test_goal_rows_move_to_privileged_and_full_state_puts_them_back():
+    hidden = MujocoPushEnv(MujocoPushEnv.Config(goal_in_state=False), 3)
+    shown = MujocoPushEnv(MujocoPushEnv.Config(), 3)
+    obs, full = hidden.reset(seed=4), shown.reset(seed=4)
+    assert obs["state"].shape == (3, 25) and obs["privileged"].shape == (3, 6)
+    assert torch.equal(hidden.full_state(obs), full["state"]) and torch.equal(full["state"], hidden.observe_state())
+    assert shown.full_state(full) is full["state"]
