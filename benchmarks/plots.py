@@ -6,6 +6,9 @@ As a script: the evaluation curves (`eval/success` in metrics.jsonl, e.g. from `
 `embodied train` run directories, one colour per experiment, one line per seed:
 
     .venv/bin/python benchmarks/plots.py runs/arm_reach_diffusion_ppo runs/arm_reach_flow_ppo --out curves.png
+
+`--metric train/success --smooth 10` plots the training episodes' success instead (every iteration logs it),
+as a mean over the last 10 iterations.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 
 
 def plot_curves(curves: dict[str, dict[int, list[tuple[int, float]]]], threshold: float | None, path: Path, *,
-                title: str, xlabel: str) -> None:  # fmt: skip
+                title: str, xlabel: str, ylabel: str = "eval success rate") -> None:  # fmt: skip
     import matplotlib
 
     matplotlib.use("Agg")
@@ -27,7 +30,7 @@ def plot_curves(curves: dict[str, dict[int, list[tuple[int, float]]]], threshold
             ax.plot(xs, ys, color=f"C{color}", alpha=0.8, label=label if i == 0 else None)
     if threshold is not None:
         ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"threshold {threshold:.0%}")
-    ax.set(xlabel=xlabel, ylabel="eval success rate", title=title)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.set_ylim(-0.02, 1.02 if threshold is not None else None)  # no threshold: zoom onto the curves
     ax.grid(alpha=0.3)
     ax.legend(loc="best")
@@ -48,22 +51,28 @@ def main() -> None:
     parser.add_argument("experiments", type=Path, nargs="+", help="runs/<name> folders holding *_seed<N> runs")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--title", default="deterministic evaluation during training (one line per seed)")
+    parser.add_argument("--metric", default="eval/success", help="the metrics.jsonl key to plot")
+    parser.add_argument("--smooth", type=int, default=1, help="mean over this many logged points")
     args = parser.parse_args()
+    metric = args.metric
     curves = {}
     for folder in args.experiments:
         for run in sorted(folder.glob("*_seed*")):
             online = run / "online" if (run / "online").is_dir() else run  # a pipeline's RL stage, or the run
-            points = [(r["env_steps"], r["eval/success"]) for r in read_metrics(online) if "eval/success" in r]
+            points = [(r["env_steps"], r[metric]) for r in read_metrics(online) if metric in r]
+            ys = [y for _, y in points]
+            points = [(x, sum(ys[max(0, i - args.smooth + 1) : i + 1]) / len(ys[max(0, i - args.smooth + 1) : i + 1]))
+                      for i, (x, _) in enumerate(points)]
             # the curve starts at the evaluation after behaviour cloning, where there is one: an imitation
             # run's bc/summary.json, or a pipeline's last BC-stage evaluation
             summary = run / "bc" / "summary.json"
             bc = ([json.loads(summary.read_text()).get("eval/success")] if summary.exists()
                   else [r["eval/success"] for r in read_metrics(run / "bc") if "eval/success" in r])
-            if points and bc and bc[-1] is not None:
+            if points and bc and bc[-1] is not None and metric == "eval/success":
                 points.insert(0, (0, bc[-1]))
             if points:
                 curves.setdefault(folder.name, {})[int(run.name.rsplit("_seed", 1)[1])] = points
-    plot_curves(curves, None, args.out, title=args.title, xlabel="env steps")
+    plot_curves(curves, None, args.out, title=args.title, xlabel="env steps", ylabel=metric.replace("/", " "))
     print(f"wrote {args.out}: " + ", ".join(f"{k} ({len(v)} runs)" for k, v in curves.items()))
 
 

@@ -162,6 +162,8 @@ def test_ppo_online_stage_fine_tunes_the_behaviour_cloned_policy(tmp_path):
     online = checkpoint.load_model(tmp_path / "online" / "checkpoints" / "final")
     actor = [k for k in bc if "actor" in k or "log_std" in k]
     assert actor and all(torch.allclose(bc[k], online[k]) for k in actor)
+    # the experiment keeps the demos' state statistics (policy.normalize_until=1): PPO's rollouts leave them alone
+    assert all(torch.equal(bc[k], online[k]) for k in ("state_norm.mean", "state_norm.var", "state_norm.count"))
     records = rows(tmp_path / "online" / "metrics.jsonl")
     assert [r["env_steps"] for r in records if "algo/loss" in r] == [32, 64]
     assert [r["env_steps"] for r in records if "eval/success" in r] == [32, 64, 64]  # eval_every=1, then the last
