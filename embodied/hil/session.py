@@ -243,6 +243,8 @@ def _run_episode(actor, env, rewinder, learning, store, settings, episode, statu
         learning.poll()
         hold = settings.on_learner_lost == "hold" and not learning.alive
         actor.policy = _HoldPolicy(learning.policy) if hold else learning.policy
+        if step == 0:
+            _acknowledge_watchdog_hold(env)
         row, events = actor.step()
         rewinder.record(env)
         if "success" in events or "failure" in events:
@@ -268,16 +270,23 @@ def _run_episode(actor, env, rewinder, learning, store, settings, episode, statu
     if label == NO_LABEL and bool(row[keys.SUCCESS][0]):
         label = SUCCESS_LABEL  # a simulator knows its success criterion; a robot needs the key
     _store_episode(store, rows, label)
-    robot = getattr(env, "robot", None)
-    causes = [v.kind for v in getattr(robot, "safety", None).log if v.kind != LATCHED] if robot is not None else []
-    if robot is not None and robot.failsafe_reason is not None and causes and causes[-1] == WATCHDOG:
-        # the arm held still while the episode was being stored; ending the episode by key press is the
-        # operator's acknowledgement (any other failsafe, e.g. a workspace breach, stays latched)
-        robot.clear_failsafe()
     actor.reset()  # the next episode starts from the robot's present state (a robot is not teleported)
     flags = [bool(r["row"][keys.IS_INTERVENTION][0]) for r in rows]
     return {"episode": episode, "steps": len(rows), "label": label, "intervention_rate": float(np.mean(flags)),
             "rewinds": rewinds, **{f"learner/{k}": v for k, v in learning.stats().items()}}, quit_  # fmt: skip
+
+
+def _acknowledge_watchdog_hold(env) -> None:
+    """Starting an episode is the operator's acknowledgement of the watchdog's hold: between episodes (storing the
+    last one, resetting) the loop sends nothing, and the watchdog holds the arm after two control periods, or will
+    before this episode's first command. Clearing right before that command re-arms the watchdog on it; any other
+    failsafe (a workspace breach, a lost link, an emergency stop) stays latched."""
+    robot = getattr(env, "robot", None)
+    if robot is None:
+        return
+    causes = [v.kind for v in robot.safety.log if v.kind != LATCHED]
+    if robot.failsafe_reason is None or (causes and causes[-1] == WATCHDOG):
+        robot.clear_failsafe()
 
 
 def _store_episode(store, rows: list[dict], label: int) -> None:

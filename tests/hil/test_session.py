@@ -129,3 +129,33 @@ def test_lost_learner_holds_the_arm(ckpt, tmp_path):
     assert torch.all(episode[keys.ACTION] == 0)  # held still the whole time
     qpos = episode[keys.OBS][keys.STATE][:, :4]
     assert float((qpos - qpos[0]).abs().max()) < 1e-3
+
+
+def test_a_watchdog_hold_between_episodes_does_not_end_the_next_one(ckpt, tmp_path, monkeypatch):
+    """Between episodes the loop sends nothing (storing, resetting) and the watchdog holds the arm after two control
+    periods. Here the reset takes three: the next episode must still run its steps, not end on its first one."""
+    from embodied.cli import correct_cmd
+    from real_robot.robot_env import RobotEnv
+
+    reset = RobotEnv.reset
+
+    def slow_reset(self, seed=None):
+        obs = reset(self, seed)
+        time.sleep(3 / 10)  # three periods at 10 Hz
+        return obs
+
+    monkeypatch.setattr(RobotEnv, "reset", slow_reset)
+    leader, follower = pty.openpty()  # a keyboard nobody presses: the policy drives
+    try:
+        code = correct_cmd([str(ckpt), "robot=sim_arm", "robot.control_hz=10", "robot.physics_hz=20",
+                            f"teleop.fd={follower}", "--hz", "10", "--episodes", "3", "--steps", "4", "--no-status",
+                            "--store", str(tmp_path / "pause")])  # fmt: skip
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert code == 0
+    reader = EpisodeStore(tmp_path / "pause" / "episodes.zarr")
+    assert reader.num_episodes == 3
+    for i in range(3):
+        episode = reader.episode(i)
+        assert len(episode[keys.ACTION]) == 4 and not bool(episode[keys.TERMINATED].any()), i
