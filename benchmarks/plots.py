@@ -44,6 +44,8 @@ def main() -> None:
     import json
     import sys
 
+    import numpy as np
+
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from embodied.runner.logger import read_metrics
 
@@ -59,10 +61,10 @@ def main() -> None:
     for folder in args.experiments:
         for run in sorted(folder.glob("*_seed*")):
             online = run / "online" if (run / "online").is_dir() else run  # a pipeline's RL stage, or the run
-            points = [(r["env_steps"], r[metric]) for r in read_metrics(online) if metric in r]
-            ys = [y for _, y in points]
-            points = [(x, sum(ys[max(0, i - args.smooth + 1) : i + 1]) / len(ys[max(0, i - args.smooth + 1) : i + 1]))
-                      for i, (x, _) in enumerate(points)]
+            records = [r for r in read_metrics(online) if metric in r]
+            ys = np.array([r[metric] for r in records], dtype=float)
+            means = [ys[max(0, i + 1 - args.smooth) : i + 1].mean() for i in range(len(ys))]  # the last `smooth`
+            points = [(r["env_steps"], float(m)) for r, m in zip(records, means)]
             # the curve starts at the evaluation after behaviour cloning, where there is one: an imitation
             # run's bc/summary.json, or a pipeline's last BC-stage evaluation
             summary = run / "bc" / "summary.json"

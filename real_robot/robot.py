@@ -66,6 +66,7 @@ class Robot:
         self.safety = SafetyLayer(config.safety, self.action_spec.shape, forward_kinematics)
         self.connected = False
         self.failsafe_reason: str | None = None
+        self.failsafe_kind: str | None = None  # what latched it: a safety violation kind (WATCHDOG, LINK, ESTOP, ...)
         self._watchdog: Watchdog | None = None
         self._io = threading.RLock()  # the watchdog thread and the control loop share the driver
         self._measured: np.ndarray | None = None  # present state the step limit refers to (arms)
@@ -76,7 +77,7 @@ class Robot:
             raise RobotError(f"{type(self).__name__} is already connected")
         self._connect()
         self.connected = True
-        self.failsafe_reason = None
+        self.failsafe_reason = self.failsafe_kind = None
         timeout = self.config.safety.watchdog_periods * self.period
         self._watchdog = Watchdog(timeout, lambda: self.safety.last_time, lambda why: self.failsafe(why, sf.WATCHDOG))
         self._watchdog.start()
@@ -123,6 +124,7 @@ class Robot:
         self.safety.latch("emergency stop")
         with self._io:
             self.failsafe_reason = "emergency stop"  # the watchdog must not follow up with a landing
+            self.failsafe_kind = sf.ESTOP
             self._estop()
 
     def failsafe(self, reason: str, kind: str = "failsafe") -> None:
@@ -132,16 +134,25 @@ class Robot:
                 return
             self.safety.violation(kind, reason)
             self.safety.latch(reason)
-            self.failsafe_reason = reason
+            self.failsafe_reason, self.failsafe_kind = reason, kind
             self._failsafe(reason)
 
     def clear_failsafe(self) -> None:
         """Operator acknowledgement: accept commands again. Waits for a failsafe still in progress (the watchdog
         thread sets the reason before its hold is written), so a hold failing after the clear cannot re-latch."""
         with self._io:
-            self.failsafe_reason = None
+            self.failsafe_reason = self.failsafe_kind = None
             self.safety.clear()
             self._clear()
+
+    def resume(self) -> None:
+        """Call right before the first command after a pause of the caller's own (between episodes: storing,
+        resetting), when the watchdog has held the robot or may before that command. Acknowledges the watchdog's
+        hold and re-arms the watchdog on the next command; any other failsafe (a workspace breach, a lost link, an
+        emergency stop) stays latched."""
+        with self._io:
+            if self.failsafe_kind in (None, sf.WATCHDOG):
+                self.clear_failsafe()
 
     def _require_connected(self) -> None:
         if not self.connected:

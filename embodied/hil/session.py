@@ -38,7 +38,6 @@ import yaml
 from embodied import keys, registry
 from embodied.hil.intervention import POLICY_ACTION, InterventionActor
 from embodied.runner import checkpoint
-from real_robot.safety import LATCHED, WATCHDOG
 
 TELEOP_PRESETS = Path(__file__).resolve().parents[2] / "configs" / "teleop"
 NO_LABEL, FAILURE_LABEL, SUCCESS_LABEL = -1, 0, 1
@@ -243,8 +242,8 @@ def _run_episode(actor, env, rewinder, learning, store, settings, episode, statu
         learning.poll()
         hold = settings.on_learner_lost == "hold" and not learning.alive
         actor.policy = _HoldPolicy(learning.policy) if hold else learning.policy
-        if step == 0:
-            _acknowledge_watchdog_hold(env)
+        if step == 0 and getattr(env, "robot", None) is not None:
+            env.robot.resume()  # the watchdog may have held the arm while the last episode was stored
         row, events = actor.step()
         rewinder.record(env)
         if "success" in events or "failure" in events:
@@ -274,19 +273,6 @@ def _run_episode(actor, env, rewinder, learning, store, settings, episode, statu
     flags = [bool(r["row"][keys.IS_INTERVENTION][0]) for r in rows]
     return {"episode": episode, "steps": len(rows), "label": label, "intervention_rate": float(np.mean(flags)),
             "rewinds": rewinds, **{f"learner/{k}": v for k, v in learning.stats().items()}}, quit_  # fmt: skip
-
-
-def _acknowledge_watchdog_hold(env) -> None:
-    """Starting an episode is the operator's acknowledgement of the watchdog's hold: between episodes (storing the
-    last one, resetting) the loop sends nothing, and the watchdog holds the arm after two control periods, or will
-    before this episode's first command. Clearing right before that command re-arms the watchdog on it; any other
-    failsafe (a workspace breach, a lost link, an emergency stop) stays latched."""
-    robot = getattr(env, "robot", None)
-    if robot is None:
-        return
-    causes = [v.kind for v in robot.safety.log if v.kind != LATCHED]
-    if robot.failsafe_reason is None or (causes and causes[-1] == WATCHDOG):
-        robot.clear_failsafe()
 
 
 def _store_episode(store, rows: list[dict], label: int) -> None:

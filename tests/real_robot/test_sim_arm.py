@@ -72,3 +72,26 @@ def test_watchdog_holds_within_two_periods_and_estop_latches():
 def test_limits_are_the_joint_limits():
     arm = SimulatedArm()
     assert arm.safety.low.tolist() == list(JOINT_LOWER) and arm.safety.high.tolist() == list(JOINT_UPPER)
+
+
+def test_resume_acknowledges_only_the_watchdogs_hold():
+    """After a pause of the caller's own: the watchdog's hold is cleared and the watchdog waits for the next
+    command (it cannot fire in between); an emergency stop or a workspace breach stays latched."""
+    arm = SimulatedArm(SimulatedArmConfig(control_hz=10, safety=SafetyConfig(watchdog_periods=1.25)))
+    arm.connect()
+    try:
+        arm.send_action(arm.get_observation()["qpos"])
+        time.sleep(0.3)  # the pause: the watchdog holds
+        assert arm.failsafe_kind == "watchdog"
+        arm.resume()
+        assert arm.failsafe_reason is None
+        time.sleep(0.3)  # no command yet: nothing to go stale
+        assert arm.failsafe_reason is None and arm.send_action(arm.get_observation()["qpos"]) is not None
+        for latch in (arm.emergency_stop, lambda: arm.failsafe("workspace breach", "workspace")):
+            latch()
+            reason = arm.failsafe_reason
+            arm.resume()
+            assert arm.failsafe_reason == reason and arm.send_action(arm.get_observation()["qpos"]) is None
+            arm.clear_failsafe()
+    finally:
+        arm.disconnect()
