@@ -188,9 +188,10 @@ def deploy(path: Path, settings: DeploySettings) -> list[dict[str, float]]:
         stack.callback(env.close)
         store = _open_store(settings.log_dir)
         for episode in range(settings.episodes):
-            if summaries and not summaries[-1]["failsafe"] and robot.failsafe_reason:
-                robot.clear_failsafe()  # the watchdog held the robot during our own pause between episodes
-            summaries.append(_run_episode(env, adapter, policy, settings, episode, store))
+            # a failsafe that ended the last episode stays latched; a watchdog hold in our own pause between them
+            # (storing, resetting) is acknowledged right before the next episode's first command
+            resume = bool(summaries) and not summaries[-1]["failsafe"]
+            summaries.append(_run_episode(env, adapter, policy, settings, episode, store, resume))
         if store is not None:
             store.close()
     return summaries
@@ -206,7 +207,8 @@ def _open_store(log_dir: Path | None):
 
 
 @torch.no_grad()
-def _run_episode(env, adapter: TwinAdapter, policy, settings: DeploySettings, episode: int, store) -> dict[str, float]:
+def _run_episode(env, adapter: TwinAdapter, policy, settings: DeploySettings, episode: int, store,
+                 resume: bool = False) -> dict[str, float]:  # fmt: skip
     obs = env.reset()
     rows: dict[str, list] = {}
     errors: list[float] = []
@@ -230,6 +232,8 @@ def _run_episode(env, adapter: TwinAdapter, policy, settings: DeploySettings, ep
         robot_obs = env.robot_obs
         pending.append({"time": robot_obs["timestamp"], f"{keys.OBS}/{keys.STATE}": obs[keys.STATE][0].numpy(),
                         keys.ACTION: action[0].numpy(), "robot_obs": robot_obs})  # fmt: skip
+        if step == 0 and resume:
+            env.robot.resume()
         obs, _, terminated, truncated, info = env.step(action)
         if bool(terminated[0]) or bool(truncated[0]):
             break

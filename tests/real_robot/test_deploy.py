@@ -48,3 +48,24 @@ def test_cli_export_and_errors(hover_run, tmp_path, capsys):
     assert deploy_cmd([str(hover_run), "robot=t800"]) == 1 and "unknown robot 't800'" in capsys.readouterr().err
     assert deploy_cmd([str(hover_run), "speed=3"]) == 1 and "unknown override" in capsys.readouterr().err
     assert deploy_cmd([str(tmp_path), "robot=sim_arm"]) == 1 and "no checkpoint" in capsys.readouterr().err
+
+
+def test_a_watchdog_hold_between_episodes_does_not_end_the_next_one(arm_run, monkeypatch):
+    """Between episodes deploy sends nothing (logging, resetting) and the watchdog holds the arm. Here the reset
+    takes twice the watchdog's timeout: the next episode must still fly its steps."""
+    import time
+
+    from real_robot.robot_env import RobotEnv
+
+    reset = RobotEnv.reset
+
+    def slow_reset(self, seed=None):
+        obs = reset(self, seed)
+        time.sleep(1.0)  # the watchdog: 10 periods at 20 Hz = 0.5 s
+        return obs
+
+    monkeypatch.setattr(RobotEnv, "reset", slow_reset)
+    settings = DeploySettings(robot="sim_arm", steps=5, episodes=2, status=False,
+                              robot_params={"safety": {"watchdog_periods": 10, "max_command_age": 0.5}})
+    summaries = deploy(arm_run, settings)
+    assert [(s["steps"], s["failsafe"]) for s in summaries] == [(5, ""), (5, "")]
