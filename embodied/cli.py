@@ -7,6 +7,7 @@
     embodied correct <run or checkpoint> robot=<name> teleop=<device> [--episodes N] [--store DIR]
                                                                 # human-in-the-loop corrections
     embodied classifier <session store> --out DIR               # success classifier from the labelled frames
+    embodied keys <dir> [--actors actor-0 ...]                  # CURVE keys for a learner and its actors
     embodied list                                               # registered envs, policies, algorithms
 """
 
@@ -88,6 +89,7 @@ def _train_task(cfg) -> float | None:
     from embodied.algorithms.losses import NonFiniteLossError
     from embodied.config import ConfigError
     from embodied.registry import MissingExtraError
+    from embodied.runner.checkpoint import DamagedCheckpointError
 
     config = OmegaConf.to_container(cfg, resolve=True)
     try:
@@ -97,7 +99,7 @@ def _train_task(cfg) -> float | None:
         else:
             trainer = trainer_class(config)(config, Path(HydraConfig.get().runtime.output_dir))
         summary = trainer.learn()
-    except (ConfigError, MissingExtraError, NonFiniteLossError, FileNotFoundError, KeyError) as err:
+    except (ConfigError, MissingExtraError, NonFiniteLossError, FileNotFoundError, KeyError, DamagedCheckpointError) as err:
         # one message, no traceback (Hydra would print one); KeyError: an unknown registry name
         print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
         raise SystemExit(1) from None
@@ -147,14 +149,14 @@ def evaluate_cmd(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         ckpt = checkpoint.find_checkpoint(args.path)
-    except FileNotFoundError as err:
+        config, weights = checkpoint.load_config(ckpt), checkpoint.load_model(ckpt)
+    except (FileNotFoundError, checkpoint.DamagedCheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    config = checkpoint.load_config(ckpt)
     torch.set_num_threads(int(config.get("threads", 1)))
     env = make_env(config, args.episodes, resolve_device(args.device or config["device"]))
     policy = make_policy(config, env)
-    policy.load_state_dict(checkpoint.load_model(ckpt, env.device))
+    policy.load_state_dict(weights)
     result = evaluate(policy, env, seed=args.seed, deterministic=not args.stochastic)
     print(
         f"{config['name']}: success {result['success']:.1%} over {result['episodes']} episodes, "
@@ -179,6 +181,8 @@ def deploy_cmd(argv: list[str]) -> int:
     parser.add_argument("--course", default=None, help="waypoints 'x,y,z;x,y,z;...' (m) for a drone")
     parser.add_argument("--log-dir", type=Path, default=None, help="episode store of every command and observation")
     parser.add_argument("--no-status", action="store_true", help="no live status line")
+    parser.add_argument("--allow-unchecked", action="store_true",
+                        help="deploy although a policy/robot meaning is undeclared (shapes are still checked)")
     parser.add_argument("--export", type=Path, default=None, help="write TorchScript, ONNX and C to DIR and exit")
     args = parser.parse_args(argv)
     try:
@@ -187,7 +191,8 @@ def deploy_cmd(argv: list[str]) -> int:
                 print(f"{kind}: {file}")
             return 0
         settings = DeploySettings(dry_run=args.dry_run, episodes=args.episodes, steps=args.steps, control_hz=args.hz,
-                                  log_dir=args.log_dir, status=not args.no_status)  # fmt: skip
+                                  log_dir=args.log_dir, status=not args.no_status,
+                                  allow_unchecked=args.allow_unchecked)  # fmt: skip
         for item in args.overrides:
             key, sep, value = item.partition("=")
             if not sep or not (key == "robot" or key.startswith("robot.")):
@@ -230,6 +235,9 @@ def correct_cmd(argv: list[str]) -> int:
     parser.add_argument("--hz", type=float, default=None, help="control rate (default: the training env's)")
     parser.add_argument("--store", type=Path, default=Path("corrections"), help="where episodes.zarr is written")
     parser.add_argument("--learner", default="local", help="local (in process), none, or tcp://host:port of a learner")
+    parser.add_argument("--keys", type=Path, default=None,
+                        help="tcp:// learner: the folder from `embodied keys` (<identity>.key_secret, learner.key)")
+    parser.add_argument("--insecure", action="store_true", help="tcp:// learner without keys (plaintext; loopback only)")
     parser.add_argument("--on-learner-lost", default="continue", choices=["continue", "hold"])
     parser.add_argument("--rewind-steps", type=int, default=20)
     parser.add_argument("--reward-classifier", type=Path, default=None,
@@ -238,7 +246,8 @@ def correct_cmd(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         settings = SessionSettings(episodes=args.episodes, steps=args.steps, control_hz=args.hz, store=args.store,
-                                   learner=args.learner, on_learner_lost=args.on_learner_lost,
+                                   learner=args.learner, keys=args.keys, insecure=args.insecure,
+                                   on_learner_lost=args.on_learner_lost,
                                    rewind_steps=args.rewind_steps, reward_classifier=args.reward_classifier,
                                    status=not args.no_status)  # fmt: skip
         for item in args.overrides:
@@ -295,6 +304,26 @@ def classifier_cmd(argv: list[str]) -> int:
     return 0
 
 
+def keys_cmd(argv: list[str]) -> int:
+    """CURVE keypairs for the HIL learner and its actors (embodied/hil/transport.py)."""
+    from embodied.hil.transport import generate_keys
+
+    parser = argparse.ArgumentParser(prog="embodied keys", description="Create CURVE keys for a learner and its actors.")
+    parser.add_argument("dir", type=Path, help="where the keys go (existing keys are kept)")
+    parser.add_argument("--actors", nargs="+", default=["actor-0"], help="actor identities to create and authorize")
+    args = parser.parse_args(argv)
+    try:
+        written = generate_keys(args.dir, tuple(args.actors))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    print(f"learner: keep {args.dir}/learner.key_secret and {args.dir}/authorized/ (settings.json: \"keys\": \"{args.dir}\"); "
+          f"each robot: its <actor>.key_secret and learner.key (embodied correct ... --keys <dir>)")
+    return 0
+
+
 def list_cmd() -> int:
     from embodied import registry
 
@@ -310,7 +339,7 @@ def list_cmd() -> int:
 def main() -> None:
     argv = sys.argv[1:]
     commands = {"train": train, "eval": evaluate_cmd, "deploy": deploy_cmd, "correct": correct_cmd,
-                "classifier": classifier_cmd,
+                "classifier": classifier_cmd, "keys": keys_cmd,
                 "list": lambda _argv: list_cmd()}
     if not argv or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr)

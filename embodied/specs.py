@@ -7,6 +7,20 @@ from dataclasses import dataclass
 import torch
 
 
+class Meaning:
+    """Tags for `Spec.meaning`: unit and frame of a tensor, compared verbatim where a policy meets a robot
+    (`embodied deploy` refuses a robot whose observation or command of the right shape means something else:
+    joint angles vs a Cartesian position, a quaternion wxyz vs xyzw). Spell shared meanings with these names; joint
+    angles carry their arm's convention in a phrase of their own (zero pose and joint order differ between arms)."""
+
+    POSITION = "m, world z-up"
+    VELOCITY = "m/s, world z-up"
+    ANGULAR_VELOCITY = "rad/s, body FLU"  # body x forward, y left, z up
+    QUATERNION = "quaternion wxyz, body FLU -> world z-up"
+    SPECIFIC_FORCE = "g, body-z specific force"  # what an accelerometer reads along the thrust axis
+    MOTOR_COMMAND = "motor command [-1,1], 0 = hover"  # rotor-speed setpoints centred on the hover speed
+
+
 @dataclass(frozen=True)
 class Spec:
     """One tensor of a batch, without the leading `num_envs` dimension."""
@@ -15,6 +29,7 @@ class Spec:
     dtype: torch.dtype = torch.float32
     low: float | None = None  # inclusive lower bound, None = unbounded
     high: float | None = None  # inclusive upper bound, None = unbounded
+    meaning: str | None = None  # unit and frame (a `Meaning` tag or a short phrase); None = not declared
 
     def zeros(self, num_envs: int, device: torch.device | str = "cpu") -> torch.Tensor:
         return torch.zeros((num_envs, *self.shape), dtype=self.dtype, device=device)

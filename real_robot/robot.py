@@ -11,10 +11,16 @@ may not be overridden: a driver implements only the private hooks `_connect`, `_
 `_write`, `_failsafe` and `_disconnect`, and `_write` is only ever called with a command that
 the `SafetyLayer` passed. So no driver has a path to its hardware around the safety layer.
 (As LeRobot's `Robot`, `send_action` returns what was sent, after clipping.)
+
+The step limit refers to the present state, not to the last observation: `send_action` asks the driver's `_measure`
+for it right before the check, and measures, checks and writes under one lock (a caller sending several commands
+between observations would otherwise step from a stale reading while the arm moved on toward its last goal).
+LeRobot's follower does the same: its `send_action` reads Present_Position before applying `max_relative_target`.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +34,25 @@ from real_robot import safety as sf
 from real_robot.safety import SafetyConfig, SafetyLayer, Watchdog
 
 _FINAL = ("connect", "get_observation", "send_action", "disconnect", "emergency_stop")
+
+# The watchdog thread needs the GIL to act. With the control thread computing in Python, CPython hands the GIL over
+# only every switch interval (5 ms by default): alone the whole margin between the watchdog's deadline (1.75 periods)
+# and 2 periods at 50 Hz. While any robot is connected the interval is at most 1 ms (a busy control thread: watchdog
+# late by p50 5.3 / p99 8.9 / max 10.6 ms at 5 ms, 1.3 / 4.6 / 5.3 ms at 1 ms: test_watchdog_latency.py).
+SWITCH_INTERVAL = 1e-3
+_switch = {"lock": threading.Lock(), "robots": 0, "before": None}
+
+
+def hold_switch_interval(hold: bool) -> None:
+    """Count a robot connecting (True) or disconnecting (False); the first sets CPython's switch interval to at most
+    SWITCH_INTERVAL, the last restores what it was."""
+    with _switch["lock"]:
+        if hold and _switch["robots"] == 0:
+            _switch["before"] = sys.getswitchinterval()
+            sys.setswitchinterval(min(_switch["before"], SWITCH_INTERVAL))
+        _switch["robots"] += 1 if hold else -1
+        if not hold and _switch["robots"] == 0:
+            sys.setswitchinterval(_switch["before"])
 
 
 @dataclass(frozen=True)
@@ -69,7 +94,10 @@ class Robot:
         self.failsafe_kind: str | None = None  # what latched it: a safety violation kind (WATCHDOG, LINK, ESTOP, ...)
         self._watchdog: Watchdog | None = None
         self._io = threading.RLock()  # the watchdog thread and the control loop share the driver
-        self._measured: np.ndarray | None = None  # present state the step limit refers to (arms)
+        self._measured: np.ndarray | None = None  # the state the last command was checked against (`_measure`)
+        # the first command tried since connect / clear, passed or not: the watchdog counts from it until one passes,
+        # so a loop whose every command is rejected (a policy that does not fit the robot) is failed safe too
+        self._first_try: float | None = None
 
     # ---- the four verbs ---------------------------------------------------------------------
     def connect(self) -> None:
@@ -77,9 +105,11 @@ class Robot:
             raise RobotError(f"{type(self).__name__} is already connected")
         self._connect()
         self.connected = True
+        hold_switch_interval(True)
         self.failsafe_reason = self.failsafe_kind = None
         timeout = self.config.safety.watchdog_periods * self.period
-        self._watchdog = Watchdog(timeout, lambda: self.safety.last_time, lambda why: self.failsafe(why, sf.WATCHDOG))
+        self._first_try = None
+        self._watchdog = Watchdog(timeout, self._last_command_time, lambda why: self.failsafe(why, sf.WATCHDOG))
         self._watchdog.start()
 
     def get_observation(self) -> dict[str, Any]:
@@ -96,13 +126,17 @@ class Robot:
 
     def send_action(self, action, stamp: float | None = None) -> np.ndarray | None:
         """Filter `action` through the safety layer and write what passes. Returns the command written,
-        or, when this one was rejected, None (the hardware keeps executing the previous command / failsafe)."""
+        or, when this one was rejected, None (the hardware keeps executing the previous command / failsafe).
+        A malformed action or stamp is rejected, never raised (the violation is counted and logged)."""
         self._require_connected()
-        decision = self.safety.filter(action, time.monotonic(), stamp, self._measured)
-        if decision.command is None:
-            return None
-        with self._io:
-            if self.safety.latched is not None:  # the watchdog fired between filter and write
+        with self._io:  # measure, check and write with nothing in between (the watchdog's hold waits for this lock)
+            if self._first_try is None:
+                self._first_try = time.monotonic()
+            if self._watchdog is not None:
+                self._watchdog.poll(time.monotonic())  # past the deadline, the thread not yet awake: fail safe now
+            self._measured = None if self.safety.latched is not None else self._measure()
+            decision = self.safety.filter(action, time.monotonic(), stamp, self._measured)
+            if decision.command is None:
                 return None
             self._write(decision.command.astype(np.float32).reshape(self.action_spec.shape))
             if self.failsafe_reason is not None:  # the write failed and the driver failed safe (link lost)
@@ -117,6 +151,7 @@ class Robot:
         with self._io:
             self._disconnect()
         self.connected = False
+        hold_switch_interval(False)
 
     def emergency_stop(self) -> None:
         """Latch the safety layer and stop the hardware now (arms: hold; drones: motors off)."""
@@ -143,7 +178,13 @@ class Robot:
         with self._io:
             self.failsafe_reason = self.failsafe_kind = None
             self.safety.clear()
+            self._first_try = None
             self._clear()
+
+    def _last_command_time(self) -> float | None:
+        """What the watchdog counts from: the last command that passed, or before one has, the first one tried."""
+        last = self.safety.last_time
+        return last if last is not None else self._first_try
 
     def resume(self) -> None:
         """Call right before the first command after a pause of the caller's own (between episodes: storing,
@@ -165,6 +206,12 @@ class Robot:
     def _read(self) -> dict[str, Any]:
         """The present observation: numpy arrays keyed like observation_spec."""
         raise NotImplementedError
+
+    def _measure(self) -> np.ndarray | None:
+        """The present state in command units (arms: joint positions; drones in position mode: position), read now,
+        for the step limit and the keep-out path; None where commands are not states (motors, velocities,
+        attitudes: their limits refer to the previous command). Where the reading fails, call `failsafe`."""
+        return None
 
     def _write(self, command: np.ndarray) -> None:
         """Write a command that passed the safety layer. Where the hardware stops answering, a driver calls

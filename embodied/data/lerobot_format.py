@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +68,7 @@ def _require():
     try:
         import av
         import pyarrow
+        import pyarrow.compute
         import pyarrow.parquet
     except ImportError as err:
         raise ImportError(f"LeRobot import/export needs pyarrow and av: pip install 'embodied[lerobot]' ({err})") from err
@@ -133,54 +137,92 @@ class _VideoCursor:
 
 
 def import_lerobot(root: str | Path, store_path: str | Path, max_language_bytes: int = 128) -> EpisodeStore:
-    """Read a LeRobot v3.0 dataset into a new episode store (one committed episode per LeRobot episode)."""
+    """Read a LeRobot v3.0 dataset into a new episode store (one committed episode per LeRobot
+    episode) and return it opened for reading. Every feature's shape and dtype is checked against
+    meta/info.json. The store is built in a hidden sibling directory and renamed into place only
+    when complete, so a failed import leaves nothing behind and can simply be run again."""
     av, pa = _require()
-    root = Path(root)
+    root, store_path = Path(root), Path(store_path)
     info = read_info(root)
-    fps = float(info["fps"])
-    features = info["features"]
-    tasks = read_tasks(root)
-    episodes = _read_parquets(root, "meta/episodes/*/*.parquet").to_pydict()
-    order = np.argsort(episodes["episode_index"])
-    columns = [k for k, ft in features.items() if ft["dtype"] not in ("video", "image", "string") and k not in FRAME_COLUMNS]
-    images = [k for k, ft in features.items() if ft["dtype"] == "image"]
-    videos = [k for k, ft in features.items() if ft["dtype"] == "video"]
-    cursors = {k: _VideoCursor(av, fps) for k in videos}
-    data_cache: dict[Path, dict] = {}
-    if (Path(store_path) / "zarr.json").exists():
+    if (store_path / "zarr.json").exists():
         raise FileExistsError(f"import_lerobot: {store_path} already holds an episode store; choose a new path")
-    store = EpisodeStore(store_path, mode="w")
-    for i in order:
-        data_file = root / DATA_PATH.format(chunk_index=episodes["data/chunk_index"][i],
-                                            file_index=episodes["data/file_index"][i])
-        if data_file not in data_cache:
-            data_cache.clear()  # files come in episode order: keep one open
-            data_cache[data_file] = _load_frames(pa, data_file, columns + images)
-        frames = data_cache[data_file]
-        rows = np.flatnonzero(frames["episode_index"] == episodes["episode_index"][i])
+    reader = _DatasetReader(av, pa, root, info, max_language_bytes)
+    with _staged(store_path, "import_lerobot") as tmp, EpisodeStore(tmp, mode="w") as store:
+        for i in reader.order:
+            store.append_episode(reader.episode(i))
+        store.set_attrs(fps=reader.fps, robot_type=info.get("robot_type"),
+                        source=f"lerobot {info['codebase_version']}", lerobot_features=reader.features)
+    return EpisodeStore(store_path)
+
+
+@contextmanager
+def _staged(target: Path, what: str) -> Iterator[Path]:
+    """A hidden sibling directory to build `target` in: renamed to `target` (one atomic step) when
+    the block succeeds, deleted when it fails, so a failed import or export leaves nothing behind
+    and can be retried. Also on Ctrl-C; a SIGKILL leaves the hidden `.<name>.<what>-*` directory."""
+    if target.exists() and any(target.iterdir()):
+        raise FileExistsError(f"{what}: {target} exists and is not empty")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{what}-", dir=target.parent))
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, target)  # replaces an empty directory, refuses a non-empty one
+        except OSError as err:
+            raise FileExistsError(f"{what}: {target} appeared while writing it ({err})") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+class _DatasetReader:
+    """A LeRobot dataset's episodes as store rows, in episode order, each feature checked against
+    meta/info.json. Keeps one data file decoded and one video cursor per camera."""
+
+    def __init__(self, av, pa, root: Path, info: dict, max_language_bytes: int):
+        self.av, self.pa, self.root, self.info, self.max_language_bytes = av, pa, root, info, max_language_bytes
+        self.fps, self.features = float(info["fps"]), info["features"]
+        self.tasks = read_tasks(root)
+        self.episodes = _read_parquets(root, "meta/episodes/*/*.parquet").to_pydict()
+        self.order = np.argsort(self.episodes["episode_index"])
+        kinds = {k: ft["dtype"] for k, ft in self.features.items()}
+        self.columns = [k for k, d in kinds.items() if d not in ("video", "image", "string") and k not in FRAME_COLUMNS]
+        self.images = [k for k, d in kinds.items() if d == "image"]
+        self.videos = [k for k, d in kinds.items() if d == "video"]
+        self.cursors = {k: _VideoCursor(av, self.fps) for k in self.videos}
+        self.data_file, self.frames = None, None
+
+    def episode(self, i: int) -> dict[str, np.ndarray]:
+        episodes, index = self.episodes, self.episodes["episode_index"][i]
+        data_file = self.root / DATA_PATH.format(chunk_index=episodes["data/chunk_index"][i],
+                                                 file_index=episodes["data/file_index"][i])
+        if data_file != self.data_file:  # files come in episode order: keep one decoded
+            self.data_file, self.frames = data_file, _load_frames(self.pa, data_file, self.columns + self.images)
+        frames = self.frames
+        rows = np.flatnonzero(frames["episode_index"] == index)
         if len(rows) != episodes["length"][i]:
-            raise ValueError(f"{data_file}: episode {episodes['episode_index'][i]} has {len(rows)} frames, "
+            raise ValueError(f"{data_file}: episode {index} has {len(rows)} frames, "
                              f"meta/episodes says {episodes['length'][i]}")
         rows = rows[np.argsort(frames["frame_index"][rows])]
-        out = {store_key(k): frames[k][rows].reshape(len(rows), *_row_shape(features[k])) for k in columns}
-        for k in images:
-            out[store_key(k)] = np.stack([_decode_image(av, frames[k][r]) for r in rows])
-        for k in videos:
-            path = root / info["video_path"].format(video_key=k, chunk_index=episodes[f"videos/{k}/chunk_index"][i],
-                                                    file_index=episodes[f"videos/{k}/file_index"][i])
-            out[store_key(k)] = cursors[k].take(path, float(episodes[f"videos/{k}/from_timestamp"][i]), len(rows))
-        text = np.zeros((len(rows), max_language_bytes), np.uint8)
+        where = f"{data_file}: episode {index}"
+        out = {store_key(k): _checked_column(k, self.features[k], frames[k][rows], where) for k in self.columns}
+        for k in self.images:
+            images = np.stack([_decode_image(self.av, frames[k][r]) for r in rows])
+            out[store_key(k)] = _checked_frames(k, self.features[k], images, where)
+        for k in self.videos:
+            path = self.root / self.info["video_path"].format(video_key=k, chunk_index=episodes[f"videos/{k}/chunk_index"][i],
+                                                              file_index=episodes[f"videos/{k}/file_index"][i])
+            video = self.cursors[k].take(path, float(episodes[f"videos/{k}/from_timestamp"][i]), len(rows))
+            out[store_key(k)] = _checked_frames(k, self.features[k], video, f"{path}: episode {index}")
+        text = np.zeros((len(rows), self.max_language_bytes), np.uint8)
         for j, task_index in enumerate(frames["task_index"][rows]):
-            raw = np.frombuffer(tasks[int(task_index)].encode("utf-8"), np.uint8)[:max_language_bytes]
+            raw = np.frombuffer(self.tasks[int(task_index)].encode("utf-8"), np.uint8)[: self.max_language_bytes]
             text[j, : len(raw)] = raw
         out[LANGUAGE] = text
         out.setdefault("reward", np.zeros(len(rows), np.float32))
         out.setdefault("terminated", np.zeros(len(rows), bool))
         out["terminated"] = out["terminated"].astype(bool)
-        store.append_episode(out)
-    store.set_attrs(fps=fps, robot_type=info.get("robot_type"), source=f"lerobot {info['codebase_version']}",
-                    lerobot_features=features)
-    return store
+        return out
 
 
 def _row_shape(feature: dict) -> tuple[int, ...]:
@@ -188,7 +230,42 @@ def _row_shape(feature: dict) -> tuple[int, ...]:
     return () if shape == (1,) else shape
 
 
+def _checked_column(key: str, feature: dict, values: np.ndarray, where: str) -> np.ndarray:
+    """One feature's rows [n, *shape] as info.json declares them. The shape must match exactly (a
+    reshape would accept [6] declared as [2, 3]); shape [1] and a plain column are the same; the
+    dtype may differ only within its kind (float64 data for a float32 feature), as the store allows."""
+    declared, actual = _row_shape(feature), _row_shape({"shape": values.shape[1:] or (1,)})
+    if actual != declared:
+        raise ValueError(f"{where}: feature {key!r} has shape {list(values.shape[1:])} per frame, "
+                         f"meta/info.json declares {list(feature['shape'])}")
+    try:
+        dtype = np.dtype(feature["dtype"])
+    except TypeError:
+        raise ValueError(f"{where}: feature {key!r} declares dtype {feature['dtype']!r}, not a number type") from None
+    if not np.can_cast(values.dtype, dtype, "same_kind"):
+        raise ValueError(f"{where}: feature {key!r} holds {values.dtype}, meta/info.json declares {feature['dtype']}")
+    return values.reshape(len(values), *declared).astype(dtype, copy=False)
+
+
+def _checked_frames(key: str, feature: dict, frames: np.ndarray, where: str) -> np.ndarray:
+    """Decoded RGB frames [n, H, W, 3]: H and W must be the declared ones (read by `names`, which
+    say whether the channels come first or last)."""
+    shape, names = list(feature["shape"]), feature.get("names")
+    names = names if isinstance(names, list) else []
+    if len(shape) != 3:
+        raise ValueError(f"{where}: feature {key!r} is an image of shape {shape} in meta/info.json; expected 3 dims")
+    if "height" in names and "width" in names:
+        height, width = shape[names.index("height")], shape[names.index("width")]
+    else:  # no names: channels are the dimension of size 1, 3 or 4 at either end
+        height, width = shape[:2] if shape[-1] in (1, 3, 4) else shape[1:]
+    if frames.shape[1:3] != (height, width):
+        raise ValueError(f"{where}: feature {key!r} has frames of {frames.shape[1]}x{frames.shape[2]} (height x width), "
+                         f"meta/info.json declares {height}x{width} (shape {shape}, names {names or None})")
+    return frames
+
+
 def _load_frames(pa, path: Path, columns: list[str]) -> dict[str, np.ndarray]:
+    """Columns of a data file as arrays [rows, *shape]; list columns keep their nesting as dimensions."""
     table = pa.parquet.read_table(path)
     out = {}
     for name in [*columns, "episode_index", "frame_index", "task_index"]:
@@ -198,11 +275,14 @@ def _load_frames(pa, path: Path, columns: list[str]) -> dict[str, np.ndarray]:
         if pa.types.is_struct(col.type):  # an image: {bytes, path}
             out[name] = np.array(col.field("bytes").to_pylist(), dtype=object)
             continue
-        depth = 0
+        shape = []
         while pa.types.is_list(col.type) or pa.types.is_fixed_size_list(col.type) or pa.types.is_large_list(col.type):
-            col, depth = col.flatten(), depth + 1
-        values = col.to_numpy(zero_copy_only=False)
-        out[name] = values.reshape(len(table), -1) if depth else values
+            lengths = np.unique(pa.compute.list_value_length(col).to_numpy(zero_copy_only=False))
+            if len(lengths) > 1:
+                raise ValueError(f"{path}: column {name!r} holds lists of different lengths {lengths[:5].tolist()}")
+            shape.append(int(lengths[0]) if len(lengths) else 0)
+            col = col.flatten()
+        out[name] = col.to_numpy(zero_copy_only=False).reshape(len(table), *shape)
     return out
 
 
@@ -220,7 +300,8 @@ def export_lerobot(store: EpisodeStore, root: str | Path, fps: float | None = No
                    default_task: str = "", vcodec: str = VIDEO_CODEC) -> Path:
     """Write the store's committed episodes as a LeRobot v3.0 dataset at `root`. Everything goes in
     one data file and one mp4 per camera (LeRobot's 100/200 MB per-file limits are not applied; its
-    reader takes any size). Tasks come from `obs/language` when the store has it, else `default_task`."""
+    reader takes any size). Tasks come from `obs/language` when the store has it, else `default_task`.
+    Like the import, the dataset appears at `root` only when complete."""
     from embodied.data.lerobot_writer import write_dataset
 
     fps = fps or store.attrs.get("fps")
@@ -228,7 +309,9 @@ def export_lerobot(store: EpisodeStore, root: str | Path, fps: float | None = No
         raise ValueError("export_lerobot needs fps: pass fps= or set_attrs(fps=...) on the store")
     if int(fps) != fps:
         raise ValueError(f"LeRobot stores fps as an integer; got {fps}")
-    return write_dataset(store, Path(root), int(fps), robot_type, default_task, vcodec)
+    with _staged(Path(root), "export_lerobot") as tmp:
+        write_dataset(store, tmp, int(fps), robot_type, default_task, vcodec)
+    return Path(root)
 
 
 def iter_episodes(store: EpisodeStore) -> Iterator[tuple[int, dict[str, np.ndarray]]]:

@@ -75,6 +75,10 @@ def write_dataset(store: EpisodeStore, root: Path, fps: int, robot_type: str | N
         raise FileExistsError(f"export_lerobot: {root} exists and is not empty")
     images = [k for k in store.keys if _is_image(store, k)]
     values = [k for k in store.keys if k not in images and k != LANGUAGE]
+    for k in values:  # checked before anything is written
+        if len(store.spec(k)[0]) > 1:
+            raise ValueError(f"export_lerobot: {k!r} has rows of shape {list(store.spec(k)[0])}; "
+                             "LeRobot export supports scalar, vector and RGB image (H, W, 3, uint8) features")
     features = {lerobot_key(k): _feature(*store.spec(k)) for k in values}
     for k in images:
         h, w, c = store.spec(k)[0]

@@ -19,22 +19,37 @@ committed by growing `episode_ends` by one entry (fill value -1) and writing the
 single file rename that makes it visible. Readers trust only the entries before the first -1, so a
 SIGKILL at any moment loses at most the open episode; reopening for writing drops it and
 overwrites its rows. Durability across power loss would also need fsync, which this does not do.
+
+One writer. A writer holds an flock on `<store>/.writer.lock`, a file nothing ever deletes: mode='w'
+empties the directory around it rather than letting zarr remove the directory (zarr's mode='w'
+does `rmtree`, which left the flock on a deleted file that the next writer never saw).
+
+Damage. Every chunk of a store created since checksums were added ends in a crc32c of its bytes
+(zarr's Crc32cCodec): a truncated or bit-flipped chunk fails to decode instead of reading as other
+numbers (without it about half of single bit flips in a blosc-zstd chunk decoded silently).
+Older stores, without the codec, still read and append; there `gather` checks a chunk's length
+against its blosc header, but a flipped bit may decode silently and `read` (zarr's path) trusts blosc,
+which does not notice a truncated chunk (rewrite an old store into a new one to get checksums).
+Any chunk that cannot be decoded raises `DamagedStoreError` naming the array, the chunk file and the
+episodes it holds.
 """
 
 from __future__ import annotations
 
 import fcntl
+import shutil
 import sys
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 
+import google_crc32c  # a dependency of zarr (its Crc32cCodec)
 import numpy as np
 import torch
 import zarr
 from tensordict import TensorDict
 from numcodecs import Blosc
-from zarr.codecs import BloscCodec, BytesCodec
+from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
 UNCOMMITTED = -1  # fill value of episode_ends: an entry not written yet
 CHUNK_BYTES = 1 << 20  # ~1 MiB uncompressed per chunk of a vector key: thousands of state rows
@@ -44,6 +59,11 @@ CHUNK_BYTES = 1 << 20  # ~1 MiB uncompressed per chunk of a vector key: thousand
 IMAGE_CHUNK_BYTES = 1 << 17
 _blosc = Blosc()
 ENDS_CHUNK = 4096  # episode ends per chunk of the index
+LOCK = ".writer.lock"
+
+
+class DamagedStoreError(ValueError):
+    """A file of the store cannot be decoded: truncated, bit-flipped, or its checksum does not match."""
 
 
 def _flat_numpy(episode: TensorDict | Mapping) -> dict[str, np.ndarray]:
@@ -63,12 +83,14 @@ class EpisodeStore:
                 raise FileNotFoundError(f"no episode store at {self.path} (no zarr.json); open with mode='a' to create one")
         else:
             self._take_writer_lock()
+            if mode == "w":
+                self._clear()
             for partial in self.path.rglob("*.partial"):  # temporary files of writes a crash interrupted
                 partial.unlink(missing_ok=True)
-        self.root = zarr.open_group(self.path, mode="r" if mode == "r" else ("w" if mode == "w" else "a"))
+        self.root = zarr.open_group(self.path, mode="r" if mode == "r" else "a")  # never zarr's "w": see _clear
         if mode != "r" and "meta/episode_ends" not in self.root:
             self.root.create_array("meta/episode_ends", shape=(0,), chunks=(ENDS_CHUNK,), dtype="int64",
-                                   fill_value=UNCOMMITTED)
+                                   fill_value=UNCOMMITTED, compressors=[ZstdCodec(level=0), Crc32cCodec()])
             self.root.attrs.update({"format": "embodied.episode_store", "version": 1})
         self._cache: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
         self._cache_bytes, self._cached = cache_bytes, 0
@@ -83,7 +105,10 @@ class EpisodeStore:
         """Re-read the committed episodes, then the arrays' metadata (in that order, so every
         committed row lies inside the arrays this reader sees)."""
         self._ends_array = zarr.open_array(self.root.store, path="meta/episode_ends", mode="r" if self.mode == "r" else "r+")
-        ends = self._ends_array[:]
+        try:
+            ends = self._ends_array[:]
+        except Exception as err:  # any decode failure means a damaged file: say which
+            raise self._locate_damage("meta/episode_ends", self._ends_array, 0, self._ends_array.shape[0], err) from err
         valid = np.flatnonzero(ends == UNCOMMITTED)
         ends = ends[: valid[0]] if len(valid) else ends
         if len(ends) and (np.any(np.diff(ends) <= 0) or ends[0] <= 0):
@@ -131,7 +156,11 @@ class EpisodeStore:
     def read(self, key: str, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Committed rows [start, stop) of one key."""
         stop = self.num_steps if stop is None else min(stop, self.num_steps)
-        return self._array(key)[start:stop]
+        arr = self._array(key)
+        try:
+            return arr[start:stop]
+        except Exception as err:  # any decode failure means a damaged file: say which
+            raise self._locate_damage(f"data/{key}", arr, start, stop, err) from err
 
     def episode(self, i: int) -> TensorDict:
         start, stop = self.episode_range(i)
@@ -160,11 +189,14 @@ class EpisodeStore:
         if hit is not None:
             self._cache.move_to_end((key, c))
             return hit
-        block = self._read_chunk(key, arr, c)
-        if block is None:
-            block = arr[c * rows : min((c + 1) * rows, self.num_steps)]
-        else:
-            block = block[: max(0, min(rows, self.num_steps - c * rows))]
+        try:
+            block = self._read_chunk(key, arr, c)
+            if block is None:
+                block = arr[c * rows : min((c + 1) * rows, self.num_steps)]
+            else:
+                block = block[: max(0, min(rows, self.num_steps - c * rows))]
+        except Exception as err:  # any decode failure means a damaged file: say which
+            raise self._damaged(f"data/{key}", arr, c, err) from err
         if (c + 1) * rows <= self.num_steps and block.nbytes <= self._cache_bytes:  # committed rows never change
             self._cache[(key, c)] = block
             self._cached += block.nbytes
@@ -174,11 +206,12 @@ class EpisodeStore:
 
     def _read_chunk(self, key: str, arr: zarr.Array, c: int) -> np.ndarray | None:
         """One chunk decoded straight from its file, as the zarr v3 spec lays it out (chunk key
-        encoding, then the bytes -> blosc codec chain this store writes); None = let zarr read it.
-        Zarr's own read path costs ~1-3 ms per call in asyncio machinery, which dominated random
-        access to camera frames (benchmarks/RESULTS.md, data section)."""
+        encoding, then the bytes -> blosc [-> crc32c] codec chain this store writes); None = let zarr
+        read it. Zarr's own read path costs ~1-3 ms per call in asyncio machinery, which dominated
+        random access to camera frames (benchmarks/RESULTS.md, data section)."""
         codecs = arr.metadata.codecs
-        if len(codecs) != 2 or not isinstance(codecs[0], BytesCodec) or not isinstance(codecs[1], BloscCodec):
+        crc = len(codecs) == 3 and isinstance(codecs[2], Crc32cCodec)  # stores made before checksums have none
+        if len(codecs) != 2 + crc or not isinstance(codecs[0], BytesCodec) or not isinstance(codecs[1], BloscCodec):
             return None
         if arr.dtype.itemsize > 1 and codecs[0].endian is not None and codecs[0].endian.value != sys.byteorder:
             return None
@@ -187,7 +220,43 @@ class EpisodeStore:
             raw = path.read_bytes()
         except FileNotFoundError:
             return None  # never written: zarr supplies the fill value
+        if crc:  # the zarr v3 crc32c codec appends the checksum of the bytes before it, 4 bytes little-endian
+            raw, stored = raw[:-4], raw[-4:]
+            if len(stored) < 4 or google_crc32c.value(raw) != int.from_bytes(stored, "little"):
+                raise ValueError("crc32c checksum mismatch")
+        # blosc's header (bytes 4-7: decoded size, 12-15: encoded size) is checked here because blosc
+        # itself reads past the end of a truncated buffer: old stores have no crc32c to catch that
+        if len(raw) < 16 or int.from_bytes(raw[12:16], "little") != len(raw) or \
+                int.from_bytes(raw[4:8], "little") != arr.dtype.itemsize * int(np.prod(arr.chunks)):
+            raise ValueError(f"{len(raw)} bytes do not match the blosc header (truncated?)")
         return np.frombuffer(_blosc.decode(raw), dtype=arr.dtype).reshape(arr.chunks)
+
+    def _damaged(self, name: str, arr: zarr.Array, c: int, err: Exception) -> DamagedStoreError:
+        """The error for chunk c of array `name` (e.g. data/obs/state): which file, which episodes."""
+        chunk = arr.metadata.encode_chunk_key((c,) + (0,) * (arr.ndim - 1))
+        lo, hi = c * arr.chunks[0], (c + 1) * arr.chunks[0]  # rows, or entries of episode_ends
+        if name == "meta/episode_ends":
+            held = f"episode ends {lo}-{hi - 1}"
+        elif lo >= self.num_steps:
+            held = "uncommitted rows only"
+        else:  # the episodes whose rows lie in [lo, hi)
+            first = int(np.searchsorted(self._ends, lo, side="right"))
+            last = min(int(np.searchsorted(self._ends, hi - 1, side="right")), self.num_episodes - 1)
+            held = f"episodes {first}-{last}" if last > first else f"episode {first}"
+        return DamagedStoreError(f"{self.path}: {name} chunk {chunk} ({held}) cannot be decoded ({type(err).__name__}: "
+                                 f"{str(err)[:120]}); the file {self.path / name / chunk} is damaged")
+
+    def _locate_damage(self, name: str, arr: zarr.Array, start: int, stop: int, err: Exception) -> DamagedStoreError:
+        """Reading rows [start, stop) failed: find the chunk that does not decode (on the error path
+        only, so reads pay nothing for it)."""
+        rows = arr.chunks[0]
+        for c in range(start // rows, -(-stop // rows)):
+            try:
+                arr[c * rows : min((c + 1) * rows, arr.shape[0])]
+            except Exception as chunk_err:
+                return self._damaged(name, arr, c, chunk_err)
+        return DamagedStoreError(f"{self.path}: {name} rows {start}-{stop} cannot be read "
+                                 f"({type(err).__name__}: {str(err)[:120]})")
 
     def _array(self, key: str) -> zarr.Array:
         if key not in self._arrays:
@@ -254,14 +323,27 @@ class EpisodeStore:
         return f"EpisodeStore({str(self.path)!r}, episodes={self.num_episodes}, steps={self.num_steps}, keys={self.keys})"
 
     def _take_writer_lock(self) -> None:
+        """An flock on `.writer.lock`. Every writer of this path opens the same file (O_CREAT, never
+        O_EXCL or truncate-by-replace, and nothing here deletes it), so two writers always contend
+        for one inode, also when both create the store at once."""
         self.path.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.path / ".writer.lock", "w")
+        self._lock = open(self.path / LOCK, "a")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock.close()
             self._lock = None
             raise RuntimeError(f"{self.path} is already open for writing by another process (one writer at a time)") from None
+
+    def _clear(self) -> None:
+        """mode='w': delete everything in the store but the lock file (which this writer holds)."""
+        for child in self.path.iterdir():
+            if child.name == LOCK:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
 
     def _check_writable(self) -> None:
         if self.mode == "r" or self._lock is None:
@@ -280,8 +362,10 @@ class EpisodeStore:
             rows = int(min(max(1, target // row_bytes), 1 << 16))
             self._arrays[key] = self.root.create_array(
                 f"data/{key}", shape=(0, *value.shape[1:]), chunks=(rows, *value.shape[1:]), dtype=value.dtype,
-                # zstd at a low level: ~2-4x on images and state at hundreds of MB/s (Blosc's defaults)
-                compressors=BloscCodec(cname="zstd", clevel=3, shuffle="shuffle" if value.itemsize > 1 else "bitshuffle"),
+                # zstd at a low level: ~2-4x on images and state at hundreds of MB/s (Blosc's defaults);
+                # then a crc32c, since blosc-zstd carries no checksum of its own (module docstring)
+                compressors=[BloscCodec(cname="zstd", clevel=3, shuffle="shuffle" if value.itemsize > 1 else "bitshuffle"),
+                             Crc32cCodec()],
             )
 
     def _check_layout(self, data: dict[str, np.ndarray]) -> None:

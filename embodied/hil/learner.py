@@ -9,9 +9,10 @@ demonstration buffer, and batches draw `demo_fraction` from it (HIL-SERL, Luo et
 with the interventions added to the offline buffer; RLPD samples the two 50/50, Ball et al. 2023).
 
 As a process (`python -m embodied.hil.learner settings.json`) it serves an `ActorLink` over
-ZeroMQ (`embodied/hil/transport.py`), writes every accepted message to a spool directory before
-acknowledging it, and on start reloads the spool: a learner killed and restarted resumes with
-every transition the actor ever had acknowledged, and the actor resends the rest.
+ZeroMQ (`embodied/hil/transport.py`; CURVE keys from `embodied keys`), checks every message against
+the env's transition schema, writes it durably to a spool directory before acknowledging it, and on
+start reloads the spool: a learner killed and restarted resumes with every transition the actor
+ever had acknowledged, and the actor resends the rest; nothing is stored twice.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from tensordict import TensorDict
 
 from embodied import keys
@@ -100,30 +101,110 @@ class Learner:
 
 
 class TransitionSpool:
-    """Accepted messages on disk, one safetensors file each (written whole, then renamed into place)."""
+    """Accepted messages on disk, `<dir>/<actor>/<stream>/<seq>.safetensors`, each written whole, fsynced,
+    renamed into place and its folder fsynced: a file that exists is complete and survives a crash, so
+    an acknowledgement sent after `write` covers only what is durable.
 
-    def __init__(self, directory: str | Path):
+    `check(tensors)` is the learner's gate (LearnerServer's `validate`): a message must carry the
+    `required` keys (from the env's specs, `transition_schema`) and, beyond them, exactly the keys,
+    dtypes and per-row shapes of the first message accepted (saved in `schema.json`, so a restarted
+    learner keeps it). A message that does not match is refused, never stored nor acknowledged: it
+    could never go into the same replay buffer, and a stored one would crash every restart.
+
+    `load()` yields the contiguous prefix of each stream and sets `recovered` (the next number
+    expected per (actor, stream)); a file it cannot read or that fails `check`, and anything after
+    it or after a gap, is moved to `.quarantine/` and named on stderr, so the learner starts instead of
+    crash-looping, and the actor resends from there if it still has those messages."""
+
+    def __init__(self, directory: str | Path, required: dict[str, tuple[str | None, list[int]]] | None = None):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.required = required or {}
+        schema = self.dir / "schema.json"
+        self.schema = json.loads(schema.read_text()) if schema.exists() else None
+        self.recovered: dict[tuple[str, str], int] = {}
 
-    def write(self, actor: str, seq: int, transitions: TensorDict) -> None:
-        path = self.dir / actor / f"{seq:010d}.safetensors"
-        path.parent.mkdir(exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        save_file({k: v.contiguous() for k, v in transitions.flatten_keys("/").items()}, tmp)
-        tmp.replace(path)
+    def check(self, tensors: dict[str, torch.Tensor]) -> str | None:
+        """None when `tensors` (flat keys, [B, ...]) can be stored; else why not."""
+        got = {k: [str(v.dtype).removeprefix("torch."), list(v.shape[1:])] for k, v in tensors.items()}
+        for key, (dtype, shape) in self.required.items():
+            if key not in got:
+                return f"transitions lack {key!r} (the learner needs {sorted(self.required)})"
+            if (dtype is not None and got[key][0] != dtype) or got[key][1] != list(shape):
+                return f"{key!r} is {got[key][0]} {got[key][1]} per row; the learner's env needs {dtype or 'any'} {list(shape)}"
+        if self.schema is None:  # the first message fixes the rest of the layout, durably
+            from embodied.hil.transport import _write_durably
+
+            self.schema = got
+            _write_durably(self.dir / "schema.json", json.dumps(got).encode(), self.dir)
+        elif got != self.schema:
+            diff = sorted(k for k in set(got) | set(self.schema) if got.get(k) != self.schema.get(k))
+            return f"transitions differ from this learner's schema at {diff} (see {self.dir / 'schema.json'})"
+        return None
+
+    def write(self, actor: str, stream: str, seq: int, transitions: TensorDict) -> None:
+        from embodied.hil.transport import _write_durably, fsync_dir  # pyzmq is the `robots` extra
+
+        folder = self.dir / actor / stream
+        if not folder.is_dir():
+            folder.mkdir(parents=True)
+            fsync_dir(folder.parent)  # the new folders' entries must be durable too
+            fsync_dir(self.dir)
+        data = save({k: v.contiguous() for k, v in transitions.flatten_keys("/").items()})
+        _write_durably(folder / f"{seq:012d}.safetensors", data, folder)
 
     def load(self):
-        """(actor, seq, TensorDict) of everything stored, in order per actor."""
-        for actor_dir in sorted(p for p in self.dir.iterdir() if p.is_dir()):
-            for file in sorted(actor_dir.glob("*.safetensors")):
-                tensors = load_file(file)
-                n = next(iter(tensors.values())).shape[0]
-                yield actor_dir.name, int(file.stem), TensorDict(tensors, batch_size=[n]).unflatten_keys("/")
+        """(actor, stream, seq, TensorDict) of everything stored, in order per stream; sets `recovered`."""
+        from embodied.hil.transport import unflat
 
-    def next_seq(self) -> dict[str, int]:
-        """Per actor, the first sequence number not stored (the stored ones are contiguous from 0)."""
-        return {d.name: len(list(d.glob("*.safetensors"))) for d in self.dir.iterdir() if d.is_dir()}
+        for tmp in self.dir.rglob("*.tmp"):
+            tmp.unlink()  # a write the learner died in: never acknowledged
+        for folder in sorted(p for p in self.dir.glob("*/*") if p.is_dir() and p.parent.name != ".quarantine"):
+            key, expected = (folder.parent.name, folder.name), 0
+            files = sorted(f for f in folder.glob("*.safetensors") if f.stem.isdigit())
+            for i, file in enumerate(files):
+                reason = None if file.stem == f"{expected:012d}" else f"expected message {expected} here"
+                if reason is None:
+                    try:
+                        tensors = load_file(file)
+                        reason = self.check(tensors) if tensors else "empty"
+                    except Exception as err:  # noqa: BLE001 - a damaged file, whatever safetensors says
+                        reason = f"unreadable ({str(err)[:80]})"
+                if reason is not None:
+                    self._quarantine(files[i:], reason)
+                    break
+                yield key[0], key[1], expected, unflat(tensors)
+                expected += 1
+            self.recovered[key] = expected
+
+    def _quarantine(self, files: list[Path], reason: str) -> None:
+        target = self.dir / ".quarantine" / files[0].parent.relative_to(self.dir)
+        target.mkdir(parents=True, exist_ok=True)
+        for file in files:
+            file.replace(target / file.name)
+        print(f"warning: spool file {files[0]} {reason}: moved it and the {len(files) - 1} after it to {target}",
+              file=sys.stderr)  # fmt: skip
+
+
+def transition_schema(observation_spec: dict, action_spec) -> dict[str, tuple[str | None, list[int]]]:
+    """What every transition from an InterventionActor on this env must carry: key -> (dtype, per-row shape)."""
+    dtype = lambda spec: str(spec.dtype).removeprefix("torch.")  # noqa: E731
+    schema: dict[str, tuple[str | None, list[int]]] = {}
+    for name, spec in _flat_specs(observation_spec):
+        schema[f"{keys.OBS}/{name}"] = schema[f"{keys.NEXT_OBS}/{name}"] = (dtype(spec), list(spec.shape))
+    schema[keys.ACTION] = (dtype(action_spec), list(action_spec.shape))
+    schema[keys.REWARD] = (None, [])  # any float width: the env's
+    for key in (keys.TERMINATED, keys.TRUNCATED, keys.IS_INTERVENTION):
+        schema[key] = ("bool", [])
+    return schema
+
+
+def _flat_specs(specs: dict, prefix: str = ""):
+    for name, spec in specs.items():
+        if isinstance(spec, dict):
+            yield from _flat_specs(spec, f"{prefix}{name}/")
+        else:
+            yield f"{prefix}{name}", spec
 
 
 def build_learner(run_config: dict, checkpoint_dir: str | None, learner: dict, seed: int = 0):
@@ -139,29 +220,35 @@ def build_learner(run_config: dict, checkpoint_dir: str | None, learner: dict, s
         policy.load_state_dict(checkpoint.load_model(checkpoint.find_checkpoint(Path(checkpoint_dir)), env.device))
     algo_cfg = run_config["algo"]
     algo = registry.build("algo", algo_cfg["name"], {k: v for k, v in algo_cfg.items() if k != "name"}, policy=policy)
-    return policy, Learner(policy, algo, build_config(LearnerConfig, learner, "learner"), seed)
+    learner = Learner(policy, algo, build_config(LearnerConfig, learner, "learner"), seed)
+    learner.schema = transition_schema(env.observation_spec, env.action_spec)  # what `serve` accepts
+    return policy, learner
 
 
 def serve(settings: dict, ready=print) -> None:
     """The learner process: accept, store, acknowledge, train, broadcast weights; until SIGTERM.
+    `settings`: run_config, spool, address (default tcp://127.0.0.1:5555), keys (a folder from `embodied
+    keys`) or insecure: true (plaintext, loopback only), optional checkpoint and learner (LearnerConfig).
     `ready(line)` gets one JSON line once it listens (default: printed, for a parent reading stdout)."""
     from embodied.hil.transport import LearnerServer
 
     policy, learner = build_learner(settings["run_config"], settings.get("checkpoint"), settings.get("learner", {}))
-    spool = TransitionSpool(settings["spool"])
-    for _actor, _seq, transitions in spool.load():
+    spool = TransitionSpool(settings["spool"], required=learner.schema)
+    for _actor, _stream, _seq, transitions in spool.load():
         learner.add(transitions)
     learner.credit = 0.0  # recovered data was trained on before the restart
-    server = LearnerServer(settings["address"], next_seq=spool.next_seq())
+    server = LearnerServer(settings.get("address", "tcp://127.0.0.1:5555"), keys=settings.get("keys"),
+                           insecure=bool(settings.get("insecure", False)), next_seq=spool.recovered,
+                           validate=spool.check)  # fmt: skip
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     ready(json.dumps({"listening": server.address, **learner.stats()}))
     sys.stdout.flush()
     while not stop:
-        for actor, seq, transitions in server.poll(timeout_ms=5):
-            spool.write(actor, seq, transitions)
+        for actor, stream, seq, transitions in server.poll(timeout_ms=5):
+            spool.write(actor, stream, seq, transitions)  # durable first: an ack must survive a crash
             learner.add(transitions)
-            server.ack(actor, seq)
+            server.ack(actor, stream, seq)
         learner.train()
         server.stats = learner.stats()
         if learner.weights_due():

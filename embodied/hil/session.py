@@ -16,7 +16,8 @@ the failure key ends it with reward 0 (HIL-SERL's sparse reward from the operato
 is appended to the episode store `<store>/episodes.zarr` with `is_intervention`, the policy's
 proposal, `rewound` (rows a rewind abandoned; kept, nothing is deleted), `correction` (operator
 rows after a rewind: RaC's correction segment) and the episode's `label` (1 success, 0 failure,
--1 none). Learner: `local` trains in a thread of this process, a `tcp://` address streams to `python -m embodied.hil.learner`, and
+-1 none). Learner: `local` trains in a thread of this process, a `tcp://` address streams to `python -m embodied.hil.learner`
+(CURVE keys from `embodied keys`, `--keys DIR`; `--insecure` for plaintext on loopback only), and
 when that learner is lost the actor keeps its last weights (`on_learner_lost=continue`) or holds
 the robot still (`hold`, zero action) until it is back; transitions are buffered and resent.
 """
@@ -24,6 +25,7 @@ the robot still (`hold`, zero action) until it is back; transitions are buffered
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from contextlib import ExitStack
@@ -54,6 +56,8 @@ class SessionSettings:
     control_hz: float | None = None  # None: the training env's rate
     store: Path = Path("corrections")
     learner: str = "local"  # local | none | tcp://host:port
+    keys: Path | None = None  # tcp:// learner: the folder from `embodied keys` (this actor's secret key, learner.key)
+    insecure: bool = False  # tcp:// learner without keys: plaintext, loopback addresses only
     learner_params: dict[str, Any] = field(default_factory=dict)
     on_learner_lost: str = "continue"  # continue (keep the last weights) | hold (zero action until it returns)
     rewind_steps: int = 20
@@ -98,7 +102,9 @@ class _Learning:
         elif settings.learner.startswith("tcp://"):
             from embodied.hil.transport import ActorLink
 
-            self.link = ActorLink(settings.learner)
+            # unacknowledged transitions wait on disk next to the episodes: a restarted session resends them
+            self.link = ActorLink(settings.learner, keys=settings.keys, insecure=settings.insecure,
+                                  backlog=Path(settings.store) / "outbox")  # fmt: skip
 
     def _train(self) -> None:
         while not self.stop.is_set():
@@ -148,7 +154,9 @@ class _Learning:
             self.stop.set()
             self.thread.join(timeout=10)
         if self.link is not None:
-            self.link.flush(5.0)
+            if not self.link.flush(5.0):
+                print(f"warning: {len(self.link.unacked)} messages not acknowledged by the learner: {self.link.problem}; "
+                      f"they stay in {self.settings.store}/outbox and go out with the next session", file=sys.stderr)
             self.link.close()
 
 
@@ -166,7 +174,7 @@ class _HoldPolicy:
 def build_env(settings: SessionSettings, config: dict, stack: ExitStack):
     """(env, rewinder, policy-less twin) for `settings.robot`."""
     from embodied.hil.rewind import SnapshotRewinder, TrajectoryRewinder
-    from embodied.runner.deploy import _TWIN_OVERRIDES, DeploySettings, TwinAdapter, build_robot
+    from embodied.runner.deploy import _TWIN_OVERRIDES, DeploySettings, TwinAdapter, build_robot, check_fit
     from real_robot.robot_env import RobotEnv, RobotEnvConfig
 
     env_name = config["env"]["name"]
@@ -179,6 +187,7 @@ def build_env(settings: SessionSettings, config: dict, stack: ExitStack):
                           num_envs=1)  # fmt: skip
     deploy = DeploySettings(robot=settings.robot, robot_params=settings.robot_params, steps=settings.steps)
     robot = build_robot(deploy, stack)
+    check_fit(twin, robot)  # as deploy: a policy that does not fit the robot is refused before anything moves
     adapter = TwinAdapter(twin, robot, deploy)
     dt = getattr(twin.config, "dt", None) or getattr(twin.config, "control_dt", None)
     hz = settings.control_hz or (1.0 / dt if dt else 50.0)

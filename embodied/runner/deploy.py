@@ -15,10 +15,22 @@ setpoint the robot takes (an arm's joint-velocity action -> goal joint positions
 `--dry-run` swaps the hardware for its simulator: MAVLink -> the MAVLink vehicle simulator on
 UDP loopback, Crazyflie -> the fake Crazyflie on cflib's UDP link, LeRobot arms -> the simulated arm.
 Each episode is appended to an episode store (`embodied.data.store`, zarr) under the log dir.
+
+Before anything connects (`check_fit`, also against the real robot's specs in a dry run): what the twin hands
+the robot (the policy's action, or the snapshot entry `action_key`) must have the robot's `action_spec` shape,
+and every robot observation the twin copies must have its snapshot entry's shape; where both sides declare a
+`Spec.meaning` (the env in `snapshot_meaning`), the meanings must be equal. A misfit is refused with one error
+naming each spec, both shapes and both meanings; a meaning left undeclared on either side is refused too, unless
+`allow_unchecked`. Snapshot entries the env declares that the robot does not measure are simulated open-loop by
+the twin: logged at start and listed in every episode summary (`unmeasured`).
+A robot that does not follow the policy is a failed deploy, not a good flight: each summary counts the commands
+the safety layer rejected, and an episode with more than `max_rejected_fraction` of them rejected (a misfit the
+check cannot see: limits, a stale loop) reports no tracking figures and raises `DeployError` once it is stored.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from contextlib import ExitStack
@@ -31,6 +43,7 @@ import torch
 import yaml
 
 from embodied import keys, registry
+from embodied.config import check
 from embodied.runner import checkpoint
 from embodied.runner.trainer import make_policy
 
@@ -39,6 +52,15 @@ ROBOT_PRESETS = Path(__file__).resolve().parents[2] / "configs" / "robot"
 _TWIN_OVERRIDES = {"episode_s": 1e6, "max_episode_steps": 10**9, "hold_steps": 10**9 - 1, "max_pos": 1e4,
                    "max_speed": 1e4, "max_ang_vel": 1e4, "dr_mass": 0.0, "dr_thrust": 0.0, "dr_motor_tau": 0.0}  # fmt: skip
 _DRY_RUN = {"so100": "sim_arm", "so101": "sim_arm", "koch": "sim_arm"}  # LeRobot arms -> the simulated arm
+log = logging.getLogger(__name__)
+
+
+class DeployError(RuntimeError):
+    """The robot did not follow the policy (its commands were rejected); `summaries` holds the episodes so far."""
+
+    def __init__(self, message: str, summaries: list[dict[str, Any]]):
+        super().__init__(message)
+        self.summaries = summaries
 
 
 @dataclass
@@ -54,6 +76,12 @@ class DeploySettings:
     carrot: float = 0.4  # m: the target handed to the policy is at most this far ahead (in its training range)
     log_dir: Path | None = None
     status: bool = True  # live status on the terminal (rich)
+    allow_unchecked: bool = False  # deploy although a policy/robot pair has a meaning undeclared (shapes still checked)
+    max_rejected_fraction: float = 0.5  # more of an episode's commands rejected by the safety layer: DeployError
+
+    def __post_init__(self):
+        fraction = self.max_rejected_fraction
+        check(0 <= fraction < 1, f"max_rejected_fraction={fraction} must be in [0, 1)")
 
 
 def load_robot_spec(name: str, overrides: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -66,6 +94,59 @@ def load_robot_spec(name: str, overrides: dict[str, Any]) -> tuple[str, dict[str
         presets = sorted(p.stem for p in ROBOT_PRESETS.glob("*.yaml"))
         raise KeyError(f"unknown robot {name!r}; valid choices: {', '.join(sorted(set(registry.names('robot')) | set(presets)))}")
     return name, {**spec, **overrides}
+
+
+def check_fit(env, robot, allow_unchecked: bool = False) -> list[str]:
+    """Refuse a twin `env` (the policy's training env) and a `robot` that do not fit (module doc), before the robot
+    is connected: one ValueError naming every misfit. Returns the snapshot entries the env declares in
+    `snapshot_meaning` that the robot does not measure: the twin simulates them open-loop."""
+    env.reset(seed=0)
+    snapshot = env.get_state()
+    meanings = getattr(env, "snapshot_meaning", {})  # an env without it declares no meanings
+    twin, name = type(env).__name__, type(robot).__name__
+    misfits, unchecked = [], []
+
+    def compare(what: str, ours: str, shape: tuple[int, ...], meaning: str | None, theirs: str, spec) -> None:
+        line = f"{what}: {ours} {_describe(shape, meaning)} vs {name}.{theirs} {_describe(spec.shape, spec.meaning)}"
+        if tuple(shape) != tuple(spec.shape) or (meaning and spec.meaning and meaning != spec.meaning):
+            misfits.append(line)
+        elif not (meaning and spec.meaning):
+            unchecked.append(line)
+
+    key = getattr(robot, "action_key", None)  # the snapshot entry the robot takes as its command, or None: the action
+    if key is None:
+        compare("action", f"the policy's action {twin}.action_spec", env.action_spec.shape, env.action_spec.meaning,
+                "action_spec", robot.action_spec)  # fmt: skip
+    elif key in snapshot:
+        compare("action", f"the twin's {key!r} after a step ({twin} snapshot)", snapshot[key].shape[1:],
+                meanings.get(key), "action_spec", robot.action_spec)  # fmt: skip
+    else:
+        spec = robot.action_spec
+        misfits.append(f"action: {twin}'s snapshot has no {key!r} vs {name}.action_spec "
+                       f"{_describe(spec.shape, spec.meaning)} (the twin's {key!r} is its command)")  # fmt: skip
+    shared = [k for k in robot.observation_spec if k in snapshot]
+    if not shared:
+        misfits.append(f"observations: {name} observes {sorted(robot.observation_spec)}, none of which {twin}'s "
+                       f"snapshot has ({sorted(snapshot)}): no observation model")  # fmt: skip
+    for k in shared:
+        compare(f"observation {k!r}", f"{twin} snapshot", snapshot[k].shape[1:], meanings.get(k),
+                f"observation_spec[{k!r}]", robot.observation_spec[k])  # fmt: skip
+    if not allow_unchecked:
+        misfits += [f"{line}: unchecked (declare Spec.meaning / the env's snapshot_meaning, or --allow-unchecked)"
+                    for line in unchecked]  # fmt: skip
+    if misfits:
+        raise ValueError(f"the policy ({twin}) and the robot ({name}) do not fit:\n  " + "\n  ".join(misfits))
+    for line in unchecked:
+        log.warning("deploy: not checked (allow_unchecked): %s", line)
+    unmeasured = [k for k in meanings if k not in robot.observation_spec]
+    if unmeasured:
+        log.warning("deploy: %s does not measure %s: the twin simulates them open-loop", name,
+                    ", ".join(f"{k} ({meanings[k]})" for k in unmeasured))  # fmt: skip
+    return unmeasured
+
+
+def _describe(shape: tuple[int, ...], meaning: str | None) -> str:
+    return f"{list(shape)} " + (f'"{meaning}"' if meaning else "(meaning undeclared)")
 
 
 class TwinAdapter:
@@ -181,20 +262,39 @@ def deploy(path: Path, settings: DeploySettings) -> list[dict[str, float]]:
     hz = settings.control_hz or (1.0 / dt if dt else 50.0)
     summaries = []
     with ExitStack() as stack:
+        # the robot as configured, not connected: a misfit is refused before any simulator starts or anything moves;
+        # in a dry run these are the hardware's specs (a dry run must refuse what the hardware would refuse)
+        hardware = registry.build("robot", *load_robot_spec(settings.robot, settings.robot_params))
+        unmeasured = check_fit(twin_env, hardware, settings.allow_unchecked)
         robot = build_robot(settings, stack)
+        if type(robot) is not type(hardware):  # a dry run's stand-in (LeRobot arm -> the simulated arm) must fit too
+            check_fit(twin_env, robot, settings.allow_unchecked)
         adapter = TwinAdapter(twin_env, robot, settings)
         adapter.warm_up(policy)
         env = RobotEnv(robot, RobotEnvConfig(control_hz=hz, max_episode_steps=settings.steps), adapter)
         stack.callback(env.close)
         store = _open_store(settings.log_dir)
+        if store is not None:
+            stack.callback(store.close)
         for episode in range(settings.episodes):
             # a failsafe that ended the last episode stays latched; a watchdog hold in our own pause between them
             # (storing, resetting) is acknowledged right before the next episode's first command
             resume = bool(summaries) and not summaries[-1]["failsafe"]
-            summaries.append(_run_episode(env, adapter, policy, settings, episode, store, resume))
-        if store is not None:
-            store.close()
+            summary = {**_run_episode(env, adapter, policy, settings, episode, store, resume), "unmeasured": unmeasured}
+            summaries.append(summary)
+            rejected, steps = summary["commands_rejected"], summary["steps"]
+            if _rejected_wholesale(rejected, steps, settings):
+                where = f"; the episode is logged in {settings.log_dir}" if store is not None else ""
+                raise DeployError(f"episode {episode}: the safety layer rejected {rejected} of {steps} commands "
+                                  f"(violations: {summary['violations']}), so the robot did not follow the policy; "
+                                  f"check the robot's limits (robot.safety.*) and mode against the policy{where}",
+                                  summaries)  # fmt: skip
     return summaries
+
+
+def _rejected_wholesale(rejected: int, steps: int, settings: DeploySettings) -> bool:
+    """More than `max_rejected_fraction` of an episode's commands rejected: the robot did not follow the policy."""
+    return rejected > settings.max_rejected_fraction * steps
 
 
 def _open_store(log_dir: Path | None):
@@ -212,6 +312,7 @@ def _run_episode(env, adapter: TwinAdapter, policy, settings: DeploySettings, ep
     obs = env.reset()
     rows: dict[str, list] = {}
     errors: list[float] = []
+    rejected: list[bool] = []  # per command: the safety layer passed nothing (latched, stale, shape, no valid clip)
     status = _Status(settings.status, env, episode)
     pending: list[dict] = []  # the step to log once its command is out (logging stays off the command path)
 
@@ -219,6 +320,7 @@ def _run_episode(env, adapter: TwinAdapter, policy, settings: DeploySettings, ep
         row = pending.pop()
         sent = env.last_sent
         row["sent"] = np.full(env.robot.action_spec.shape, np.nan) if sent is None else sent
+        rejected.append(sent is None)
         row["waypoint"] = adapter.waypoint
         _append(rows, row)
         error = adapter.position_error(row["robot_obs"])
@@ -241,9 +343,10 @@ def _run_episode(env, adapter: TwinAdapter, policy, settings: DeploySettings, ep
     violations = dict(env.robot.safety.counts)
     env.after_send = None
     status.close()
-    summary = {"episode": episode, "steps": step + 1, **env.timing(),
-               "failsafe": failsafe, "violations": violations}  # fmt: skip
-    if errors:
+    summary = {"episode": episode, "steps": step + 1, **env.timing(), "failsafe": failsafe,
+               "violations": violations, "commands_rejected": sum(rejected)}  # fmt: skip
+    # with its commands rejected the robot holds still (or lands): its position error is no tracking figure
+    if errors and not _rejected_wholesale(sum(rejected), step + 1, settings):
         tail = errors[len(errors) // 2 :]  # the settled half of the flight
         summary.update(position_error_final=errors[-1], position_error_mean_settled=float(np.mean(tail)),
                        waypoints_reached=int(rows["waypoint"][-1]) + (errors[-1] < settings.reach_radius))  # fmt: skip

@@ -155,8 +155,8 @@ class Pipeline:
     @property
     def env_steps(self) -> int:
         """Online env steps in the last online checkpoint, 0 before the online stage."""
-        latest = self.run_dir / "online" / "checkpoints" / "latest"
-        return checkpoint.load_trainer(latest)["env_steps"] if (latest / "meta.json").exists() else 0
+        latest = checkpoint.usable(self.run_dir / "online" / "checkpoints" / "latest")
+        return checkpoint.load_trainer(latest)["env_steps"] if latest is not None else 0
 
     # --- the stages ------------------------------------------------------------------------
     def learn(self) -> dict[str, Any]:
@@ -169,8 +169,8 @@ class Pipeline:
         todo = {"bc": self.cfg.bc.updates, "offline": self.cfg.offline.updates, "online": self.train_cfg.total_env_steps}
         online_steps = 0
         for index, stage in enumerate(STAGES):
-            final = self.run_dir / stage / "checkpoints" / "final"
-            if (final / "model.safetensors").exists():
+            final = checkpoint.usable(self.run_dir / stage / "checkpoints" / "final")
+            if final is not None:
                 self.policy.load_state_dict(checkpoint.load_model(final, self.device))
                 online_steps = checkpoint.load_trainer(final).get("env_steps", online_steps)
                 continue
@@ -223,8 +223,8 @@ class Pipeline:
         params = self.offline_algo_params
         algo = registry.build("algo", params["name"], _params(params), policy=self.policy)
         buffer, update = _buffer(demos, self.device), 0
-        latest = self.run_dir / "offline" / "checkpoints" / "latest"
-        if (latest / "model.safetensors").exists():
+        latest = checkpoint.usable(self.run_dir / "offline" / "checkpoints" / "latest")
+        if latest is not None:
             self.policy.load_state_dict(checkpoint.load_model(latest, self.device))
             state = checkpoint.load_trainer(latest)
             algo.load_state_dict(state["algo"])
@@ -249,8 +249,8 @@ class Pipeline:
             return self.run_online_on_policy()
         cfg, config = self.cfg.online, self.config
         algo = registry.build("algo", config["algo"]["name"], _params(config["algo"]), policy=self.policy)
-        offline_final = self.run_dir / "offline" / "checkpoints" / "final"
-        if hasattr(algo, "log_alpha") and (offline_final / "trainer.safetensors").exists():
+        offline_final = checkpoint.usable(self.run_dir / "offline" / "checkpoints" / "final")
+        if hasattr(algo, "log_alpha") and offline_final is not None:
             # WSRL starts online RL from the whole pretrained agent: a temperature reset to its initial
             # value would first drive the pretrained policy toward maximum entropy
             log_alpha = checkpoint.load_trainer(offline_final).get("log_alpha")
@@ -265,8 +265,8 @@ class Pipeline:
                                    {"offline": cfg.offline_fraction, "online": 1.0 - cfg.offline_fraction})
         loop = OffPolicyLoop(self.env, self.policy, algo, online, sampler, cfg, self.eval_env, config["seed"])
         stage_dir = self.run_dir / "online"
-        latest = stage_dir / "checkpoints" / "latest"
-        if (latest / "model.safetensors").exists():
+        latest = checkpoint.usable(stage_dir / "checkpoints" / "latest")
+        if latest is not None:
             self.policy.load_state_dict(checkpoint.load_model(latest, self.device))
             loop.load_state_dict(checkpoint.load_trainer(latest))
             _truncate(stage_dir, "env_steps", loop.env_steps)
@@ -289,7 +289,7 @@ class Pipeline:
     def run_online_on_policy(self) -> int:
         """On-policy fine-tuning (PPO) of the policy so far: the Trainer loop with its own checkpoints in online/."""
         stage_dir = self.run_dir / "online"
-        if (stage_dir / "checkpoints" / "latest" / "model.safetensors").exists():
+        if checkpoint.usable(stage_dir / "checkpoints" / "latest") is not None:
             trainer = Trainer.resume(stage_dir)
         else:
             # the pipeline evaluates at the end; the inner loop only for a curve (train.eval_every)

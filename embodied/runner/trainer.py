@@ -72,8 +72,11 @@ def trainer_class(config_or_run_dir: dict | str | Path) -> type:
 
             return ImitationTrainer
         return Pipeline if config_or_run_dir.get("pipeline") else Trainer
-    saved = Path(config_or_run_dir) / "checkpoints" / "latest" / "config.yaml"
-    if saved.exists() and (yaml.safe_load(saved.read_text()) or {}).get("imitation"):
+    latest = Path(config_or_run_dir) / "checkpoints" / "latest"
+    # latest.old: the checkpoint resume falls back to when a crash left no latest (checkpoint.py)
+    saved = next((d / "config.yaml" for d in (latest, latest.with_name("latest.old")) if (d / "config.yaml").exists()),
+                 None)
+    if saved and (yaml.safe_load(saved.read_text()) or {}).get("imitation"):
         return trainer_class({"imitation": True})
     path = Path(config_or_run_dir) / "config.yaml"  # a pipeline writes its config there, a Trainer under checkpoints/
     return Pipeline if path.exists() and "pipeline" in (yaml.safe_load(path.read_text()) or {}) else Trainer
@@ -172,11 +175,12 @@ class Trainer:
 
     @classmethod
     def resume(cls, run_dir: Path) -> Trainer:
-        """Rebuild a run from its saved config and continue from checkpoints/latest."""
+        """Rebuild a run from its saved config and continue from checkpoints/latest, or from the
+        previous checkpoint (latest.old, with a warning) when latest is missing or damaged."""
         run_dir = Path(run_dir)
-        ckpt = run_dir / "checkpoints" / "latest"
-        if not (ckpt / "model.safetensors").exists():
-            raise FileNotFoundError(f"cannot resume: no checkpoint at {ckpt}")
+        ckpt = checkpoint.usable(run_dir / "checkpoints" / "latest")
+        if ckpt is None:
+            raise FileNotFoundError(f"cannot resume: no checkpoint at {run_dir / 'checkpoints' / 'latest'}")
         trainer = cls(checkpoint.load_config(ckpt), run_dir)
         state = checkpoint.load_trainer(ckpt)
         trainer.policy.load_state_dict(checkpoint.load_model(ckpt, trainer.device))

@@ -105,8 +105,10 @@ class LeRobotArm(Robot):
     lerobot_class = ""  # e.g. "SO101Follower" (its config class is this + "Config")
     lerobot_type = ""  # e.g. "so101_follower": LeRobot's --robot.type name
     action_key = "qpos"
-    observation_spec = {"qpos": Spec((6,))}
-    action_spec = Spec((6,), torch.float32)
+    # LeRobot's calibrated zero pose, not arm_reach's: deploy refuses a policy whose joint angles mean otherwise
+    qpos_meaning = "rad from the calibrated middle, shoulder_pan..wrist_roll; gripper opening [0, 1]"
+    observation_spec = {"qpos": Spec((6,), meaning=qpos_meaning)}
+    action_spec = Spec((6,), torch.float32, meaning=qpos_meaning)
 
     def __init__(self, config: LeRobotArmConfig = LeRobotArmConfig()):
         super().__init__(config)
@@ -130,6 +132,16 @@ class LeRobotArm(Robot):
         obs = {"qpos": qpos.astype(np.float32)}
         obs.update({f"images/{k}": v for k, v in raw.items() if not k.endswith(".pos")})
         return obs
+
+    def _measure(self) -> np.ndarray | None:
+        """Present_Position read now (as LeRobot's own send_action reads it before applying max_relative_target),
+        not the last observation's, and without the cameras."""
+        try:
+            present = self.arm.bus.sync_read("Present_Position")
+        except OSError as err:  # the command cannot be checked, so it is not written: that write failed
+            self.failsafe(f"link lost: writing the motors failed: reading their present position first: {err}", sf.LINK)
+            return None
+        return np.array([math.radians(present[m]) for m in MOTORS[:5]] + [present["gripper"] / 100.0])
 
     def _write(self, command: np.ndarray) -> None:
         goal = {f"{m}.pos": math.degrees(float(q)) for m, q in zip(MOTORS[:5], command[:5])}

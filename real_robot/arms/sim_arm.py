@@ -5,8 +5,8 @@ registry and driven only through the VecEnv contract (`step`, `get_state`, `set_
 `real_robot` does not import `sims`. `SimulatedArmHardware` plays the servo bus: it holds the
 latest goal position and, whenever it is read or written, first advances the sim by however
 many physics steps of wall-clock time have passed, each a proportional velocity command toward
-the goal (a position servo, saturating at the servo speed). It records every goal it receives,
-so tests can check that nothing outside the limits ever reached it.
+the goal (a position servo, saturating at the servo speed). It records every goal it receives and where
+the arm was when it arrived, so tests can check that nothing outside the limits ever reached it.
 
 Observations use the env's snapshot names: `qpos`, `qvel` [4] (rad, rad/s), and, because this
 is a simulation, the scene the task needs (`ball_pos` [3, 3] m, `goal`, `template`): a real arm
@@ -78,13 +78,16 @@ class SimulatedArmHardware:
         self.env.reset(seed=config.seed)
         self.goal = self.qpos().copy()
         self.received: list[tuple[float, np.ndarray]] = []  # every goal written: (time, goal)
+        # for each goal: (qpos when it arrived, rad the servo may have moved since the bus was last accessed)
+        self.arrivals: list[tuple[np.ndarray, float]] = []
         self._lock = threading.Lock()
         self._t = time.monotonic()
 
     def qpos(self) -> np.ndarray:
         return self.env.get_state()["qpos"][0].numpy().astype(np.float64)
 
-    def advance(self) -> None:
+    def advance(self) -> int:
+        """Catch the sim up to now; returns the physics steps taken."""
         with self._lock:
             now = time.monotonic()
             steps = int((now - self._t) / self.dt)
@@ -93,15 +96,18 @@ class SimulatedArmHardware:
                 error = torch.from_numpy(self.goal - self.qpos()).float()
                 action = (self.config.servo_gain * error / self.config.servo_speed).clamp(-1, 1)
                 self.env.step(action.unsqueeze(0))
+            return steps
 
     def write_goal(self, goal: np.ndarray | None) -> None:
         """Take a new goal (None: hold the present position). The receive time is taken before the sim
         catches up to it: catching up is the simulator's bookkeeping, not bus latency."""
         received = time.monotonic()
-        self.advance()
+        moved = min(self.advance(), self.max_catch_up) * self.dt * self.config.servo_speed
         with self._lock:
-            goal = self.qpos() if goal is None else goal
+            present = self.qpos()
+            goal = present if goal is None else goal
             self.received.append((received, goal.copy()))
+            self.arrivals.append((present, moved))
             self.goal = goal.astype(np.float64)
 
     def read(self) -> dict[str, Any]:
@@ -118,9 +124,13 @@ class SimulatedArm(Robot):
     Config = SimulatedArmConfig
     simulated = True
     action_key = "qpos"  # deploy: the training env's joint positions after a step are the goal to send
-    observation_spec = {"qpos": Spec((4,)), "qvel": Spec((4,)), "ball_pos": Spec((3, 3)),
-                        "goal": Spec((), torch.int64), "template": Spec((), torch.int64)}  # fmt: skip
-    action_spec = Spec((4,), torch.float32, min(JOINT_LOWER), max(JOINT_UPPER))
+    # meanings as the arm_reach env's snapshot declares them (its physics plays this hardware): deploy checks them
+    qpos_meaning = "rad, arm_reach joints (0 = stretched along +x)"
+    observation_spec = {"qpos": Spec((4,), meaning=qpos_meaning), "qvel": Spec((4,), meaning="rad/s, arm_reach joints"),
+                        "ball_pos": Spec((3, 3), meaning="m, arm base z-up; red, green, blue"),
+                        "goal": Spec((), torch.int64, meaning="index of the goal ball: red, green, blue"),
+                        "template": Spec((), torch.int64, meaning="index of the instruction template")}  # fmt: skip
+    action_spec = Spec((4,), torch.float32, min(JOINT_LOWER), max(JOINT_UPPER), meaning=qpos_meaning)
 
     def __init__(self, config: SimulatedArmConfig = SimulatedArmConfig()):
         self.geometry = ArmGeometry()
@@ -129,12 +139,13 @@ class SimulatedArm(Robot):
 
     def _connect(self) -> None:
         self.hardware = SimulatedArmHardware(self.config)
-        self._measured = self.hardware.qpos()
 
     def _read(self) -> dict[str, Any]:
-        obs = self.hardware.read()
-        self._measured = obs["qpos"].astype(np.float64)
-        return obs
+        return self.hardware.read()
+
+    def _measure(self) -> np.ndarray:
+        self.hardware.advance()  # the servos' position now, not at the last observation
+        return self.hardware.qpos()
 
     def _write(self, command: np.ndarray) -> None:
         self.hardware.write_goal(command)

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from embodied.config import check
-from embodied.specs import Spec
+from embodied.specs import Meaning, Spec
 from real_robot.robot import Robot, RobotConfig, RobotError
-from real_robot.safety import SafetyConfig, fill_defaults
+from real_robot.safety import LINK, SafetyConfig, fill_defaults
 
 STATE_VARS = ("stateEstimate.x", "stateEstimate.y", "stateEstimate.z", "stateEstimate.vx", "stateEstimate.vy",
               "stateEstimate.vz")  # fmt: skip
@@ -41,7 +41,8 @@ FENCE_LOW, FENCE_HIGH = (-2.0, -2.0, -1.2), (2.0, 2.0, 1.5)  # m around the star
 def _crazyflie_safety(mode: str = "position") -> SafetyConfig:
     low, high, step = {"position": (FENCE_LOW, FENCE_HIGH, 0.3), "velocity": ((-1.0,) * 3, (1.0,) * 3, None)}[mode]
     return SafetyConfig(low=low, high=high, max_step=step, max_command_age=0.1, geofence_low=FENCE_LOW,
-                        geofence_high=FENCE_HIGH, max_speed=3.0)  # fmt: skip
+                        geofence_high=FENCE_HIGH, max_speed=3.0,
+                        position_slice=(0, 3) if mode == "position" else None)  # keep_out boxes: per site  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,16 @@ class CrazyflieConfig(RobotConfig):
 
 class CrazyflieDrone(Robot):
     Config = CrazyflieConfig
-    observation_spec = {"position": Spec((3,)), "velocity": Spec((3,)), "quaternion": Spec((4,)),
-                        "angular_velocity": Spec((3,))}  # fmt: skip
-    action_spec = Spec((3,), torch.float32)
+    observation_spec = {"position": Spec((3,), meaning=Meaning.POSITION),
+                        "velocity": Spec((3,), meaning=Meaning.VELOCITY),
+                        "quaternion": Spec((4,), meaning=Meaning.QUATERNION),
+                        "angular_velocity": Spec((3,), meaning=Meaning.ANGULAR_VELOCITY)}  # fmt: skip
     action_key = None
+    # what a setpoint means in each mode (action_spec, set per instance): deploy refuses a policy meaning otherwise
+    action_meaning = {"position": Meaning.POSITION, "velocity": Meaning.VELOCITY}
 
     def __init__(self, config: CrazyflieConfig = CrazyflieConfig()):
+        self.action_spec = Spec((3,), torch.float32, meaning=self.action_meaning[config.mode])
         super().__init__(config)
         self.simulated = config.uri.startswith("udp://127.0.0.1")
         self.cf = None
@@ -126,9 +131,17 @@ class CrazyflieDrone(Robot):
             "angular_velocity": np.radians([v[k] for k in GYRO_VARS]).astype(np.float32),
             "link_lost": time.monotonic() - self.last_log > self.config.link_timeout,
         }  # fmt: skip
-        if self.config.mode == "position":
-            self._measured = obs["position"].astype(np.float64)
         return obs
+
+    def _measure(self) -> np.ndarray | None:
+        """Position mode: the newest logged position (cflib's log callbacks keep it current), not the last
+        observation's; velocity commands are not states."""
+        if self.config.mode != "position":
+            return None
+        if time.monotonic() - self.last_log > self.config.link_timeout:  # no present position to step from
+            self.failsafe("link lost: no telemetry", LINK)
+            return None
+        return np.array([self.values[k] for k in STATE_VARS[:3]])
 
     def _write(self, command: np.ndarray) -> None:
         x, y, z = map(float, command)

@@ -19,6 +19,7 @@ Failsafe (watchdog, geofence, speed, link): MAV_CMD_NAV_LAND. Emergency stop: fo
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,9 +29,9 @@ import numpy as np
 import torch
 
 from embodied.config import check
-from embodied.specs import Spec
+from embodied.specs import Meaning, Spec
 from real_robot.robot import Robot, RobotConfig, RobotError
-from real_robot.safety import SafetyConfig, fill_defaults
+from real_robot.safety import LINK, SafetyConfig, fill_defaults
 from real_robot.sim.mavlink_vehicle import FLU_TO_NED, FORCE_DISARM, GRAVITY, MODES, mavlink_module, px4_mode
 
 # SET_POSITION_TARGET_LOCAL_NED type_mask bits (MAVLink POSITION_TARGET_TYPEMASK): ignore ...
@@ -42,16 +43,25 @@ FENCE_LOW, FENCE_HIGH = (-3.0, -3.0, -1.5), (3.0, 3.0, 2.0)  # m around the star
 
 
 def _drone_safety(mode: str = "actuator") -> SafetyConfig:
-    """Default limits per setpoint mode: the motor range; the fence and a 0.5 m carrot for positions;
-    2 m/s for velocities; unit quaternion entries and thrust in [0, 0.9] for attitudes."""
+    """Default limits per setpoint mode: the motor range; the fence and a 0.5 m carrot for positions (their path
+    checked against any keep_out boxes a site adds); 2 m/s for velocities; for attitudes a unit quaternion
+    (normalised within 0.02, else rejected), tilted at most 45 deg, turning at most 0.2 rad per command, and thrust
+    in [0, 0.9]."""
     low, high, step = {
         "actuator": ((-1.0,) * 4, (1.0,) * 4, None),
         "position": (FENCE_LOW, FENCE_HIGH, 0.5),
         "velocity": ((-2.0,) * 3, (2.0,) * 3, None),
         "attitude": ((-1.0,) * 4 + (0.0,), (1.0,) * 4 + (0.9,), None),
     }[mode]
+    attitude = mode == "attitude"
     return SafetyConfig(
         low=low, high=high, max_step=step,
+        position_slice=(0, 3) if mode == "position" else None,
+        quaternion_slice=(0, 4) if attitude else None,
+        max_tilt=math.radians(45) if attitude else None,  # PX4 MPC_TILTMAX_AIR default: 45 deg
+        # rad per command: at 100 Hz 20 rad/s, 5x PX4's MC_ROLLRATE_MAX default (220 deg/s): a jump (a policy's
+        # sign flip), not agile flight
+        max_rotation_step=0.2 if attitude else None,
         max_command_age=0.05,  # s: at 100 Hz a command from an observation 5 periods old is stale
         geofence_low=FENCE_LOW, geofence_high=FENCE_HIGH,
         max_speed=5.0,  # m/s
@@ -85,12 +95,18 @@ class MavlinkDroneConfig(RobotConfig):
 
 class MavlinkDrone(Robot):
     Config = MavlinkDroneConfig
-    observation_spec = {"position": Spec((3,)), "velocity": Spec((3,)), "quaternion": Spec((4,)),
-                        "angular_velocity": Spec((3,)), "specific_force": Spec(())}  # fmt: skip
+    observation_spec = {"position": Spec((3,), meaning=Meaning.POSITION),
+                        "velocity": Spec((3,), meaning=Meaning.VELOCITY),
+                        "quaternion": Spec((4,), meaning=Meaning.QUATERNION),
+                        "angular_velocity": Spec((3,), meaning=Meaning.ANGULAR_VELOCITY),
+                        "specific_force": Spec((), meaning=Meaning.SPECIFIC_FORCE)}  # fmt: skip
     action_key = None  # deploy sends the policy's action itself
+    # what a command means in each setpoint mode: deploy refuses a policy whose action means something else
+    action_meaning = {"actuator": Meaning.MOTOR_COMMAND, "position": Meaning.POSITION, "velocity": Meaning.VELOCITY,
+                      "attitude": f"{Meaning.QUATERNION}; thrust [0, 1]"}  # fmt: skip
 
     def __init__(self, config: MavlinkDroneConfig = MavlinkDroneConfig()):
-        self.action_spec = Spec((_DIMS[config.mode],), torch.float32)
+        self.action_spec = Spec((_DIMS[config.mode],), torch.float32, meaning=self.action_meaning[config.mode])
         super().__init__(config)
         self.simulated = "127.0.0.1" in config.url or "localhost" in config.url
         self.conn = None
@@ -145,9 +161,18 @@ class MavlinkDrone(Robot):
             "armed": self.armed, "mode": self.mode,
             "link_lost": now - max(t_pos, att[0] if att else t_pos) > self.config.link_timeout,
         }  # fmt: skip
-        if self.config.mode == "position":
-            self._measured = obs["position"].astype(np.float64)
         return obs
+
+    def _measure(self) -> np.ndarray | None:
+        """Position mode: the newest position telemetry (the receive thread keeps it current), not the last
+        observation's; the other modes' commands are not states."""
+        if self.config.mode != "position":
+            return None
+        t_pos, pos = self.telemetry["LOCAL_POSITION_NED"]
+        if time.monotonic() - t_pos > self.config.link_timeout:  # no present position to step from
+            self.failsafe("link lost: no telemetry", LINK)
+            return None
+        return FLU_TO_NED @ pos[:3]
 
     def _write(self, command: np.ndarray) -> None:
         mav, c, t = self.mav, self.conn, int(time.monotonic() * 1e6)

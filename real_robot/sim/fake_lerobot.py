@@ -142,6 +142,7 @@ class ServoBus:
         self.goals: dict[str, float] = {}  # Goal_Position, normalized units (unset: the motor holds)
         self.writes: list[tuple[str, str, float]] = []  # every write(data_name, motor, value), in order
         self.goal_log: list[tuple[float, dict[str, float]]] = []  # every Goal_Position write as asked, unclamped
+        self.present_log: list[dict[str, float]] = []  # Present_Position when each goal_log entry was written
 
     @property
     def is_connected(self) -> bool:
@@ -223,6 +224,7 @@ class ServoBus:
             self._check(data_name, motor, normalize)
         if data_name == "Goal_Position":
             self.goal_log.append((time.monotonic(), dict(values)))
+            self.present_log.append(dict(self.positions))  # motors move only on reads: exactly where they are
         for motor, value in values.items():
             self._store(data_name, motor, value)
 

@@ -100,6 +100,12 @@ class ArmReachEnv(VecEnv):
     Config = ArmReachConfig
     # per-env tensors that make up a snapshot, with the generator (get_state / set_state)
     _state_names = ("qpos", "qvel", "ball_qpos", "ball_pos", "goal", "template", "hold", "steps")
+    # the snapshot entries the policy's observation is made from that a robot (or its perception) supplies; deploy
+    # checks that the robot's observations of these names mean the same
+    snapshot_meaning = {"qpos": "rad, arm_reach joints (0 = stretched along +x)", "qvel": "rad/s, arm_reach joints",
+                        "ball_pos": "m, arm base z-up; red, green, blue",
+                        "goal": "index of the goal ball: red, green, blue",
+                        "template": "index of the instruction template"}  # fmt: skip
 
     def __init__(self, config: ArmReachConfig, num_envs: int = 1, device: torch.device | str = "cpu"):
         check(num_envs >= 1, f"num_envs={num_envs} must be >= 1")
@@ -133,7 +139,7 @@ class ArmReachEnv(VecEnv):
             "privileged": Spec((PRIVILEGED_DIM,), torch.float32),
             "language": text_spec(config.max_instruction_bytes),
         }
-        self.action_spec = Spec((j,), torch.float32, -1.0, 1.0)
+        self.action_spec = Spec((j,), torch.float32, -1.0, 1.0, meaning="joint velocity / max_joint_velocity")
 
     # --- the VecEnv verbs -------------------------------------------------
 

@@ -128,6 +128,11 @@ class MujocoArmEnv(VecEnv):
     _state_names = (
         "physics", "sensordata", "joint_target", "target", "steps", "template", "friction", "mass", "light", "camera",
     )
+    # the snapshot entries the policy's observation is made from that a robot measures (deploy checks its observations
+    # of these names against them): the whole MuJoCo state, which no robot driver supplies today
+    snapshot_meaning = {"physics": "MuJoCo Panda tabletop state: time, qpos (rad, m, quaternion wxyz), qvel"}
+    action_meaning = {"ee_delta": "tcp displacement / ee_step (m, world z-up); gripper -1 closed, +1 open",
+                      "joint_delta": "Panda joint-target steps / joint_step (rad); gripper -1 closed, +1 open"}
 
     def __init__(self, config: MujocoArmConfig, num_envs: int = 1, device: torch.device | str = "cpu"):
         check(num_envs >= 1, f"num_envs={num_envs} must be >= 1")
@@ -172,7 +177,8 @@ class MujocoArmEnv(VecEnv):
             if config.depth:
                 self.observation_spec[f"{DEPTH}/{cam}"] = Spec((size, size, 1), low=0.0, high=MAX_DEPTH)
         self.action_dim = 4 if config.control == "ee_delta" else 8
-        self.action_spec = Spec((self.action_dim,), torch.float32, -1.0, 1.0)
+        meaning = self.action_meaning[config.control]
+        self.action_spec = Spec((self.action_dim,), torch.float32, -1.0, 1.0, meaning=meaning)
 
     # --- the VecEnv verbs -------------------------------------------------
 

@@ -53,7 +53,7 @@ from tensordict import TensorDict
 from embodied import keys
 from embodied.config import check
 from embodied.envs import StepResult, VecEnv
-from embodied.specs import Spec
+from embodied.specs import Meaning, Spec
 from sims.quadrotor.dynamics import (
     ANG_VEL, MOTOR, POS, QUAT, STATE_DIM, VEL, CrazyflieParams, QuadrotorDynamics, row_buffer,
 )  # fmt: skip
@@ -127,6 +127,11 @@ class _QuadrotorEnv(VecEnv):
     _OBS_DIM = 22
     _NOISE_ROWS = 15  # uniform samples per reset: 9 box (p, v, w), 3 angles, 3 DR
     _COUNTERS = ("step", "progress")  # integer-valued blocks of get_state
+    # the snapshot entries the policy's observation is made from that a robot measures (deploy overwrites them
+    # with its observations and checks that they mean the same); the others are the task's own bookkeeping
+    snapshot_meaning = {"position": Meaning.POSITION, "velocity": Meaning.VELOCITY, "quaternion": Meaning.QUATERNION,
+                        "angular_velocity": Meaning.ANGULAR_VELOCITY,
+                        "specific_force": Meaning.SPECIFIC_FORCE}  # fmt: skip
 
     def __init__(self, config: QuadrotorConfig, num_envs: int = 1, device: torch.device | str = "cpu"):
         if not isinstance(config, self.Config):
@@ -135,7 +140,7 @@ class _QuadrotorEnv(VecEnv):
         self.config, self.num_envs, self.device = config, num_envs, torch.device(device)
         self.params = p = CrazyflieParams()
         self.max_episode_steps = max(1, round(config.episode_s / config.dt))
-        self.action_spec = Spec((4,), torch.float32, -1.0, 1.0)
+        self.action_spec = Spec((4,), torch.float32, -1.0, 1.0, meaning=Meaning.MOTOR_COMMAND)
         self._n_priv = PRIVILEGED.stop - PRIVILEGED.start
         self._obs_dim = self._OBS_DIM + (4 if config.obs_motor_estimate else 0) + (1 if config.obs_accelerometer else 0)
         self.observation_spec = {keys.STATE: Spec((self._obs_dim,)), keys.PRIVILEGED: Spec((self._n_priv,))}

@@ -119,7 +119,7 @@ def test_lost_learner_holds_the_arm(ckpt, tmp_path):
     try:
         code = correct_cmd([str(ckpt), "robot=sim_arm", "robot.control_hz=10", "robot.physics_hz=20",
                             f"teleop.fd={follower}", "--hz", "10", "--steps", "12", "--no-status",
-                            "--learner", f"tcp://127.0.0.1:{port}", "--on-learner-lost", "hold",
+                            "--learner", f"tcp://127.0.0.1:{port}", "--insecure", "--on-learner-lost", "hold",
                             "--store", str(tmp_path / "hold")])  # fmt: skip
     finally:
         os.close(leader)

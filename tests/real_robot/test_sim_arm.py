@@ -69,6 +69,27 @@ def test_watchdog_holds_within_two_periods_and_estop_latches():
         arm.disconnect()
 
 
+def test_the_watchdog_arms_on_the_first_command_tried_even_when_none_passes():
+    """A loop whose every command is rejected (a policy that does not fit the robot) writes nothing: the watchdog
+    counts from its first try and holds the arm, instead of never arming (it used to count from a passed command)."""
+    arm = SimulatedArm(SimulatedArmConfig(control_hz=20))
+    arm.connect()
+    try:
+        wrong = np.zeros(7)  # a 7-joint command for the 4-joint arm: rejected every time
+        assert arm.send_action(wrong, stamp=arm.get_observation()["timestamp"]) is None
+        deadline = time.monotonic() + 10.0  # the watchdog's timeout is 87.5 ms; 10 s only bounds a failing test
+        while arm.failsafe_reason is None and time.monotonic() < deadline:
+            arm.send_action(wrong, stamp=arm.get_observation()["timestamp"])
+            time.sleep(0.01)
+        assert arm.failsafe_kind == "watchdog" and arm.safety.counts["shape"] >= 1
+        with arm._io:  # the watchdog sets the reason, then writes its hold, under this lock
+            assert len(arm.hardware.received) == 1  # the hold, nothing else
+        arm.resume()  # a clear re-arms from the next try, not from the old one
+        assert arm.failsafe_reason is None and arm._last_command_time() is None
+    finally:
+        arm.disconnect()
+
+
 def test_limits_are_the_joint_limits():
     arm = SimulatedArm()
     assert arm.safety.low.tolist() == list(JOINT_LOWER) and arm.safety.high.tolist() == list(JOINT_UPPER)

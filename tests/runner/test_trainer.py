@@ -66,6 +66,7 @@ def test_resume_continues_the_same_curve(tmp_path):
         f.write(json.dumps({"iteration": 3, "env_steps": 1536, "time": 0.0}) + "\n")
     cfg_path = tmp_path / "resumed" / "checkpoints" / "latest" / "config.yaml"
     cfg_path.write_text(cfg_path.read_text().replace("total_env_steps: 1024", "total_env_steps: 4096"))
+    checkpoint.reseal(cfg_path.parent)  # an edit on purpose (checkpoints carry checksums)
     resumed = Trainer.resume(tmp_path / "resumed")
     assert resumed.iteration == 2
     resumed.learn()
