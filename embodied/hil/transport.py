@@ -25,7 +25,10 @@ stream and loses only what it had not had acknowledged (in memory).
 
 Security: CURVE encryption and authentication by default. The learner accepts only actors whose
 public key is in `<keys>/authorized/`, and only under the identity that key is named for
-(`authorized/arm-0.key` may speak as `arm-0`, nobody else may). Plaintext only with
+(`authorized/arm-0.key` may speak as `arm-0`, nobody else may). The actor's name travels in each packet's
+header, not as the ZeroMQ routing id: the learner routes its replies to the connection that last sent a packet
+that passed that check, so another peer cannot take over an actor's replies (with a client-chosen routing id
+and ROUTER_HANDOVER it could, and stall the actor). Plaintext only with
 `insecure=True`, and only on a loopback address. Keys are made by `generate_keys` (`embodied keys`):
 the learner needs `learner.key_secret` and `authorized/`, an actor `<identity>.key_secret` and
 `learner.key`; secret files are 0600 and refused when group or others can read them.
@@ -70,17 +73,21 @@ class ProtocolError(ValueError):
     pass
 
 
+def _name(v) -> bool:
+    return isinstance(v, str) and _NAME.fullmatch(v) is not None
+
+
 def _int(v, lo: int = 0, hi: int = _MAX_SEQ) -> bool:
     return type(v) is int and lo <= v < hi  # `type is`: JSON true is a bool, and bool is an int in Python
 
 
 # header fields each kind must carry, with their checks
 _FIELDS = {
-    TRANSITIONS: {"seq": _int, "stream": lambda v: isinstance(v, str) and _NAME.fullmatch(v) is not None},
+    TRANSITIONS: {"seq": _int, "stream": _name, "actor": _name},
     ACK: {"ack": lambda v: _int(v, -1), "stream": lambda v: isinstance(v, str), "run": lambda v: isinstance(v, str)},
     WEIGHTS: {"version": lambda v: _int(v, -1)},
     HEARTBEAT: {"run": lambda v: isinstance(v, str), "stats": lambda v: isinstance(v, dict)},
-    HELLO: {},
+    HELLO: {"actor": _name},
     REFUSED: {"seq": _int, "stream": lambda v: isinstance(v, str), "reason": lambda v: isinstance(v, str)},
 }
 
@@ -246,7 +253,6 @@ class ActorLink:
         self.address, self.identity = address, identity
         self.context = zmq.Context.instance()
         self.socket = self.context.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.IDENTITY, identity.encode())
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.SNDHWM, 10_000)
         if keys is not None:
@@ -299,7 +305,7 @@ class ActorLink:
         if len(self.unacked) >= self.max_unacked:
             raise RuntimeError(f"{len(self.unacked)} messages unacknowledged: the learner has been away too long")
         seq, self.next_seq = self.next_seq, self.next_seq + 1
-        frames = encode(TRANSITIONS, {"seq": seq, "stream": self.stream}, flat(transitions))
+        frames = encode(TRANSITIONS, {"seq": seq, "stream": self.stream, "actor": self.identity}, flat(transitions))
         if self.outbox:
             self.outbox.write(seq, frames)
         self.unacked[seq] = frames
@@ -355,7 +361,7 @@ class ActorLink:
             elif self.unacked:  # learner away: probe with the oldest; the backlog follows its acknowledgement
                 self._push(self.unacked[self.acked + 1])
             else:
-                self._push(encode(HELLO, {}, {}))  # lets a restarted learner know where to send heartbeats
+                self._push(encode(HELLO, {"actor": self.identity}, {}))  # a restarted learner: where to send heartbeats
         self._pump()
 
     def _acknowledged(self, ack: int) -> None:
@@ -466,7 +472,6 @@ class LearnerServer:
         self.context = zmq.Context()  # its own: an authenticator serves one context
         self.socket = self.context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting actor takes over its identity
         self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         self.authenticator, self.authorized = None, None  # z85 public key -> the actor name it may use
         if keys is not None:
@@ -477,7 +482,7 @@ class LearnerServer:
         self.stored = {k: n - 1 for k, n in self.next_seq.items()}  # per stream, the durable watermark
         self.validate = validate
         self.run = secrets.token_hex(8)  # tells actors when the learner restarted
-        self.peers: set[bytes] = set()  # routing ids of actors heard from (heartbeats, weights)
+        self.routes: dict[str, bytes] = {}  # actor -> routing id of its connection that last passed the checks
         self.heartbeat_s, self._last_beat = heartbeat_s, 0.0
         self.rejected = 0  # malformed, unauthorized or refused packets dropped
         self.stats: dict = {}  # counters sent with each heartbeat (updates, buffer sizes)
@@ -501,39 +506,37 @@ class LearnerServer:
         accepted = []
         if self.socket.poll(timeout_ms):
             while self.socket.poll(0):
-                identity, *frames = self.socket.recv_multipart(copy=False)
+                route, *frames = self.socket.recv_multipart(copy=False)
                 user = frames[0].get("User-Id") if self.authorized is not None and frames else None
-                got = self.handle(identity.bytes, user, [f.bytes for f in frames])
+                got = self.handle(route.bytes, user, [f.bytes for f in frames])
                 if got is not None:
                     accepted.append(got)
         now = time.monotonic()
         if now - self._last_beat > self.heartbeat_s:
             self._last_beat = now
-            for peer in self.peers:
-                self._send(peer, encode(HEARTBEAT, {"stats": self.stats, "run": self.run}, {}))
+            for route in self.routes.values():
+                self._send(route, encode(HEARTBEAT, {"stats": self.stats, "run": self.run}, {}))
         return accepted
 
-    def handle(self, identity: bytes, user: str | None, frames: list[bytes]):
-        """One packet from `identity` (authenticated as public key `user`): (actor, stream, seq, TensorDict)
-        when accepted, else None. Never raises on what a peer sent."""
+    def handle(self, route: bytes, user: str | None, frames: list[bytes]):
+        """One packet from the connection `route` (ZeroMQ's routing id; authenticated as public key `user`):
+        (actor, stream, seq, TensorDict) when accepted, else None. Never raises on what a peer sent."""
         try:
-            actor = identity.decode()
-            if not _NAME.fullmatch(actor):
-                raise ProtocolError(f"actor identity {identity[:40]!r} is not a name")
-            if self.authorized is not None and self.authorized.get(user) != actor:
-                raise ProtocolError(f"key {user} may not speak as {actor!r}")  # one actor impersonating another
             kind, header, tensors = decode(frames)
             if kind not in (TRANSITIONS, HELLO):
                 raise ProtocolError(f"an actor sent a {kind!r} packet")
-        except (ProtocolError, UnicodeDecodeError):
+            actor = header["actor"]
+            if self.authorized is not None and self.authorized.get(user) != actor:
+                raise ProtocolError(f"key {user} may not speak as {actor!r}")  # one actor impersonating another
+        except ProtocolError:
             self.rejected += 1
             return None
-        self.peers.add(identity)
+        self.routes[actor] = route  # replies go to this connection (an actor that reconnected has a new one)
         if kind == HELLO:
             return None
         stream, seq = (actor, header["stream"]), header["seq"]
         if seq != self.next_seq.get(stream, 0):  # a resend of something stored, or after a gap
-            self._ack(identity, stream)  # the durable watermark, never what is only accepted
+            self._ack(route, stream)  # the durable watermark, never what is only accepted
             return None
         reason = self.validate(tensors) if self.validate else None
         if reason is None:
@@ -543,7 +546,7 @@ class LearnerServer:
                 reason = f"not a TensorDict: {err}"
         if reason is not None:
             self.rejected += 1
-            self._send(identity, encode(REFUSED, {"seq": seq, "stream": stream[1], "reason": reason[:500]}, {}))
+            self._send(route, encode(REFUSED, {"seq": seq, "stream": stream[1], "reason": reason[:500]}, {}))
             return None
         self.next_seq[stream] = seq + 1
         return actor, stream[1], seq, transitions
@@ -552,19 +555,20 @@ class LearnerServer:
         """`seq` of (actor, stream) and everything before it is durably stored: tell the actor."""
         key = (actor, stream)
         self.stored[key] = max(self.stored.get(key, -1), seq)
-        self._ack(actor.encode(), key)
+        if actor in self.routes:
+            self._ack(self.routes[actor], key)
 
-    def _ack(self, identity: bytes, stream: tuple[str, str]) -> None:
-        self._send(identity, encode(ACK, {"ack": self.stored.get(stream, -1), "stream": stream[1], "run": self.run}, {}))
+    def _ack(self, route: bytes, stream: tuple[str, str]) -> None:
+        self._send(route, encode(ACK, {"ack": self.stored.get(stream, -1), "stream": stream[1], "run": self.run}, {}))
 
     def send_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         frames = encode(WEIGHTS, {"version": version}, state_dict)
-        for peer in self.peers:
-            self._send(peer, frames)
+        for route in self.routes.values():
+            self._send(route, frames)
 
-    def _send(self, identity: bytes, frames: list[bytes]) -> None:
+    def _send(self, route: bytes, frames: list[bytes]) -> None:
         try:
-            self.socket.send_multipart([identity, *frames], zmq.NOBLOCK)
+            self.socket.send_multipart([route, *frames], zmq.NOBLOCK)
         except zmq.ZMQError:
             pass  # that actor is not connected right now
 

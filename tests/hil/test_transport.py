@@ -19,16 +19,17 @@ from real_robot.teleop.scripted import ScriptedOperator, ScriptedOperatorConfig
 def test_wire_format_round_trip_and_bad_packets():
     tensors = {"obs/state": torch.randn(3, 5), "is_intervention": torch.tensor([True, False, True]),
                "goal": torch.arange(3)}  # fmt: skip
-    kind, header, back = decode(encode(b"T", {"seq": 7, "stream": "s"}, tensors))
+    kind, header, back = decode(encode(b"T", {"seq": 7, "stream": "s", "actor": "a"}, tensors))
     assert kind == b"T" and header["seq"] == 7
     assert all(torch.equal(back[k], v) for k, v in tensors.items())
-    frames = encode(b"T", {"seq": 1, "stream": "s"}, {"x": torch.zeros(4)})
+    frames = encode(b"T", {"seq": 1, "stream": "s", "actor": "a"}, {"x": torch.zeros(4)})
     with pytest.raises(ProtocolError, match="needs 16 bytes"):
         decode([frames[0], frames[1], b"\0" * 3])
     with pytest.raises(ProtocolError, match="not valid JSON"):
         decode([b"T", b"{", b""])
     with pytest.raises(ProtocolError, match="dtype"):
-        decode([b"T", json.dumps({"seq": 0, "stream": "s", "items": [["x", "object", [1]]]}).encode(), b"\0" * 8])
+        decode([b"T", json.dumps({"seq": 0, "stream": "s", "actor": "a", "items": [["x", "object", [1]]]}).encode(),
+                b"\0" * 8])
 
 
 def test_go_back_n_in_process():
@@ -134,7 +135,7 @@ def test_learner_killed_and_restarted_loses_no_transition(tmp_path):
 
 
 def _packet(seq: int, value: float, stream: str = "s0") -> list[bytes]:
-    return encode(b"T", {"seq": seq, "stream": stream}, {"x": torch.full((2,), float(value))})
+    return encode(b"T", {"seq": seq, "stream": stream, "actor": "a"}, {"x": torch.full((2,), float(value))})
 
 
 def test_a_duplicate_in_the_same_batch_is_acknowledged_only_up_to_what_is_stored(tmp_path):

@@ -18,7 +18,7 @@ from tensordict import TensorDict
 from embodied.hil.learner import TransitionSpool
 from embodied.hil.transport import ActorLink, LearnerServer, encode
 
-LEGIT, USER = b"arm-0", "legit-key"
+LEGIT, USER = b"route-0", "legit-key"  # the legit actor's connection (ZeroMQ routing id) and public key
 REQUIRED = {"obs/state": ("float32", [3]), "action": ("float32", [2]), "reward": (None, []), "is_intervention": ("bool", [])}
 HOSTILE_UID = 10**6  # any stored row with a uid this large came from the fuzzer
 
@@ -28,8 +28,9 @@ def _tensors(uid: int, n: int = 2) -> dict[str, torch.Tensor]:
             "is_intervention": torch.zeros(n, dtype=torch.bool), "uid": torch.full((n,), uid)}  # fmt: skip
 
 
-def _packet(seq: int, tensors: dict, stream: str = "s0") -> list[bytes]:
-    return encode(b"T", {"seq": seq, "stream": stream}, tensors)
+def _packet(seq: int, tensors: dict, stream: str = "s0", actor: str | None = "arm-0") -> list[bytes]:
+    header = {"seq": seq, "stream": stream} if actor is None else {"seq": seq, "stream": stream, "actor": actor}
+    return encode(b"T", header, tensors)
 
 
 json_values = st.recursive(
@@ -53,7 +54,7 @@ def hostile(draw):
         header, buffers = draw(json_values), draw(st.lists(st.binary(max_size=16), max_size=3))
         return lambda seq: (LEGIT, USER, [kind, json.dumps(header).encode(), *buffers])
     if how == 2:  # one header field of the wrong type, or missing
-        field, value = draw(st.sampled_from(["seq", "stream", "items"])), draw(json_values)
+        field, value = draw(st.sampled_from(["seq", "stream", "actor", "items"])), draw(json_values)
         swap = draw(st.sampled_from([True, 1.0, -1, 2**63, "0", None, [0], "../x", "", "a/b", 10**400]))
 
         def build(seq):
@@ -120,10 +121,11 @@ def hostile(draw):
             return LEGIT, USER, _packet(seq, tensors)
 
         return build
-    if how == 7:  # a valid packet from a peer that may not use this identity, or no identity at all
-        identity, user = draw(st.sampled_from([(b"arm-1", USER), (LEGIT, "other-key"), (LEGIT, None), (b"\0\x01\x02", USER),
-                                               (b"../arm-0", USER), (b"\xff\xfe", USER), (b"", USER)]))  # fmt: skip
-        return lambda seq: (identity, user, _packet(seq, _tensors(uid)))
+    if how == 7:  # a valid packet from a key that may not use this actor name, or no name at all, any connection
+        actor, user = draw(st.sampled_from([("arm-1", USER), ("arm-0", "other-key"), ("arm-0", None), ("\0\x01", USER),
+                                            ("../arm-0", USER), ("\xff\xfe", USER), ("", USER), (None, USER)]))  # fmt: skip
+        route = draw(st.sampled_from([LEGIT, b"route-1", b"", b"\xff"]))
+        return lambda seq: (route, user, _packet(seq, _tensors(uid), actor=actor))
     if how == 8:  # a valid packet after a gap (the learner must wait for `seq`)
         ahead = draw(st.integers(1, 2**40))
         return lambda seq: (LEGIT, USER, _packet(seq + ahead, _tensors(uid)))
@@ -137,7 +139,7 @@ REPLAYS: list[list[bytes]] = []  # the legit packets stored so far, exactly as t
 def _fuzz(tmp_path, batches: int) -> dict:
     spool = TransitionSpool(tmp_path / "spool", required=REQUIRED)
     server = LearnerServer("tcp://127.0.0.1:0", insecure=True, validate=spool.check)
-    server.authorized = {USER: LEGIT.decode(), "other-key": "arm-1"}
+    server.authorized = {USER: "arm-0", "other-key": "arm-1"}
     REPLAYS.clear()
     counts = {"hostile": 0, "legit": 0}
 

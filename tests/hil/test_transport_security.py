@@ -89,6 +89,39 @@ def test_an_authorized_actor_cannot_speak_as_another(keys, tmp_path):
     server.close()
 
 
+def test_a_peer_claiming_an_actors_name_does_not_take_over_its_replies(keys, tmp_path):
+    """arm-1 (authorized) connects with arm-0's ZeroMQ routing id, as a client may choose one. With routing ids as
+    actor names and ROUTER_HANDOVER, the learner's acknowledgements for arm-0 went to that connection and arm-0
+    stalled; now the name is in the authenticated header and replies go to arm-0's own connection."""
+    import zmq
+
+    from embodied.hil.transport import load_public, load_secret
+
+    spool = TransitionSpool(tmp_path / "spool")
+    server = LearnerServer("tcp://127.0.0.1:0", keys=keys, validate=spool.check)
+    arm0 = ActorLink(server.address, "arm-0", keys=keys, resend_s=0.05)
+    arm0.send(_row(0))
+    _drive(server, spool, [arm0], lambda: not arm0.unacked)
+    thief = zmq.Context.instance().socket(zmq.DEALER)
+    thief.setsockopt(zmq.LINGER, 0)
+    thief.setsockopt(zmq.IDENTITY, b"arm-0")
+    thief.curve_publickey, thief.curve_secretkey = load_secret(keys / "arm-1.key_secret")
+    thief.curve_serverkey = load_public(keys / "learner.key")
+    thief.connect(server.address)
+    thief.send_multipart([b"O", b'{"actor": "arm-1", "items": []}'])  # a valid hello as itself: connected
+    deadline = time.monotonic() + 10
+    while "arm-1" not in server.routes and time.monotonic() < deadline:
+        server.poll(5)
+    for i in range(1, 4):
+        arm0.send(_row(i))
+    _drive(server, spool, [arm0], lambda: not arm0.unacked)
+    assert not arm0.unacked  # arm-0's acknowledgements still reach arm-0
+    thief.close(0)
+    arm0.close()
+    server.close()
+    assert [int(td["uid"][0]) for *_, td in TransitionSpool(tmp_path / "spool").load()] == [0, 1, 2, 3]
+
+
 def test_missing_or_readable_keys_and_plaintext_give_clear_errors(keys, tmp_path):
     with pytest.raises(FileNotFoundError, match=str(tmp_path / "nokeys" / "arm-0.key_secret")):
         ActorLink("tcp://127.0.0.1:1", "arm-0", keys=tmp_path / "nokeys")
