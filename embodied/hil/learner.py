@@ -29,6 +29,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.config import build_config, check
+from embodied.hil.durable import fsync_dir, write_durably
 from embodied.data.replay import MixedSampler, ReplayBuffer
 from embodied.hil.intervention import POLICY_ACTION, split_interventions
 
@@ -126,32 +127,28 @@ class TransitionSpool:
 
     def check(self, tensors: dict[str, torch.Tensor]) -> str | None:
         """None when `tensors` (flat keys, [B, ...]) can be stored; else why not."""
-        got = {k: [str(v.dtype).removeprefix("torch."), list(v.shape[1:])] for k, v in tensors.items()}
+        got = {k: [_dtype_name(v.dtype), list(v.shape[1:])] for k, v in tensors.items()}
         for key, (dtype, shape) in self.required.items():
             if key not in got:
                 return f"transitions lack {key!r} (the learner needs {sorted(self.required)})"
             if (dtype is not None and got[key][0] != dtype) or got[key][1] != list(shape):
                 return f"{key!r} is {got[key][0]} {got[key][1]} per row; the learner's env needs {dtype or 'any'} {list(shape)}"
         if self.schema is None:  # the first message fixes the rest of the layout, durably
-            from embodied.hil.transport import _write_durably
-
             self.schema = got
-            _write_durably(self.dir / "schema.json", json.dumps(got).encode(), self.dir)
+            write_durably(self.dir / "schema.json", json.dumps(got).encode())
         elif got != self.schema:
             diff = sorted(k for k in set(got) | set(self.schema) if got.get(k) != self.schema.get(k))
             return f"transitions differ from this learner's schema at {diff} (see {self.dir / 'schema.json'})"
         return None
 
     def write(self, actor: str, stream: str, seq: int, transitions: TensorDict) -> None:
-        from embodied.hil.transport import _write_durably, fsync_dir  # pyzmq is the `robots` extra
-
         folder = self.dir / actor / stream
         if not folder.is_dir():
             folder.mkdir(parents=True)
             fsync_dir(folder.parent)  # the new folders' entries must be durable too
             fsync_dir(self.dir)
         data = save({k: v.contiguous() for k, v in transitions.flatten_keys("/").items()})
-        _write_durably(folder / f"{seq:012d}.safetensors", data, folder)
+        write_durably(folder / f"{seq:012d}.safetensors", data)
 
     def load(self):
         """(actor, stream, seq, TensorDict) of everything stored, in order per stream; sets `recovered`."""
@@ -187,28 +184,24 @@ class TransitionSpool:
 
 
 def transition_schema(observation_spec: dict, action_spec) -> dict[str, tuple[str | None, list[int]]]:
-    """What every transition from an InterventionActor on this env must carry: key -> (dtype, per-row shape)."""
-    dtype = lambda spec: str(spec.dtype).removeprefix("torch.")  # noqa: E731
+    """What every transition from an InterventionActor on this env must carry: key -> (dtype, per-row shape).
+    `observation_spec` is flat ("state", "images/wrist"), as the VecEnv contract has it."""
     schema: dict[str, tuple[str | None, list[int]]] = {}
-    for name, spec in _flat_specs(observation_spec):
-        schema[f"{keys.OBS}/{name}"] = schema[f"{keys.NEXT_OBS}/{name}"] = (dtype(spec), list(spec.shape))
-    schema[keys.ACTION] = (dtype(action_spec), list(action_spec.shape))
+    for name, spec in observation_spec.items():
+        schema[f"{keys.OBS}/{name}"] = schema[f"{keys.NEXT_OBS}/{name}"] = (_dtype_name(spec.dtype), list(spec.shape))
+    schema[keys.ACTION] = (_dtype_name(action_spec.dtype), list(action_spec.shape))
     schema[keys.REWARD] = (None, [])  # any float width: the env's
     for key in (keys.TERMINATED, keys.TRUNCATED, keys.IS_INTERVENTION):
         schema[key] = ("bool", [])
     return schema
 
 
-def _flat_specs(specs: dict, prefix: str = ""):
-    for name, spec in specs.items():
-        if isinstance(spec, dict):
-            yield from _flat_specs(spec, f"{prefix}{name}/")
-        else:
-            yield f"{prefix}{name}", spec
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")  # "float32": the name numpy and the wire format use
 
 
 def build_learner(run_config: dict, checkpoint_dir: str | None, learner: dict, seed: int = 0):
-    """(policy, Learner) from a run config (env / policy / algo sections) and an optional checkpoint."""
+    """(policy, Learner, transition schema) from a run config (env / policy / algo sections) and an optional checkpoint."""
     from embodied import registry
     from embodied.runner import checkpoint
     from embodied.runner.trainer import make_env, make_policy
@@ -220,9 +213,8 @@ def build_learner(run_config: dict, checkpoint_dir: str | None, learner: dict, s
         policy.load_state_dict(checkpoint.load_model(checkpoint.find_checkpoint(Path(checkpoint_dir)), env.device))
     algo_cfg = run_config["algo"]
     algo = registry.build("algo", algo_cfg["name"], {k: v for k, v in algo_cfg.items() if k != "name"}, policy=policy)
-    learner = Learner(policy, algo, build_config(LearnerConfig, learner, "learner"), seed)
-    learner.schema = transition_schema(env.observation_spec, env.action_spec)  # what `serve` accepts
-    return policy, learner
+    schema = transition_schema(env.observation_spec, env.action_spec)  # what `serve` accepts
+    return policy, Learner(policy, algo, build_config(LearnerConfig, learner, "learner"), seed), schema
 
 
 def serve(settings: dict, ready=print) -> None:
@@ -232,8 +224,9 @@ def serve(settings: dict, ready=print) -> None:
     `ready(line)` gets one JSON line once it listens (default: printed, for a parent reading stdout)."""
     from embodied.hil.transport import LearnerServer
 
-    policy, learner = build_learner(settings["run_config"], settings.get("checkpoint"), settings.get("learner", {}))
-    spool = TransitionSpool(settings["spool"], required=learner.schema)
+    policy, learner, schema = build_learner(settings["run_config"], settings.get("checkpoint"),
+                                            settings.get("learner", {}))  # fmt: skip
+    spool = TransitionSpool(settings["spool"], required=schema)
     for _actor, _stream, _seq, transitions in spool.load():
         learner.add(transitions)
     learner.credit = 0.0  # recovered data was trained on before the restart

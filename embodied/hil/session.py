@@ -94,7 +94,7 @@ class _Learning:
             # 100k transitions: a 1-2.5 h HIL-SERL session at 10 Hz is 36k-90k (the 10^6 default would
             # allocate ~0.4 GB at the first transition)
             params = {"buffer_capacity": 100_000, **settings.learner_params}
-            self.learner_policy, self.learner = build_learner(config, str(ckpt), params)
+            self.learner_policy, self.learner, _ = build_learner(config, str(ckpt), params)
             self.queue: queue.Queue = queue.Queue()
             self.lock, self.weights, self.version, self.stop = threading.Lock(), None, 0, threading.Event()
             self.thread = threading.Thread(target=self._train, name="hil-learner", daemon=True)

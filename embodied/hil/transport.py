@@ -60,6 +60,8 @@ import zmq.auth
 import zmq.utils.monitor
 from tensordict import TensorDict
 
+from embodied.hil.durable import write_durably
+
 TRANSITIONS, ACK, WEIGHTS, HEARTBEAT, HELLO, REFUSED = b"T", b"A", b"W", b"H", b"O", b"R"
 _DTYPES = {"float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool"}
 # a key is "/"-separated names; no segment may start with "." (no "..", no hidden names), none is empty
@@ -418,13 +420,13 @@ class Outbox:
             raise ValueError(f"{self.dir} holds messages but no stream file: move them away to start afresh")
         if not files:
             stream = secrets.token_hex(8)  # nothing pending: a fresh stream, numbered from 0
-            _write_durably(stream_file, stream.encode(), self.dir)
+            write_durably(stream_file, stream.encode())
             return stream, {}
         return stream_file.read_text(), {int(f.stem): _read_frames(f) for f in files}
 
     def write(self, seq: int, frames: list[bytes]) -> None:
         data = len(frames).to_bytes(4, "little") + b"".join(len(f).to_bytes(8, "little") + f for f in frames)
-        _write_durably(self.dir / f"{seq:012d}.msg", data, self.dir)
+        write_durably(self.dir / f"{seq:012d}.msg", data)
 
     def acknowledged(self, first: int, ack: int) -> None:
         for seq in range(first, ack + 1):  # oldest first: what is left is always a contiguous tail
@@ -438,26 +440,6 @@ def _read_frames(path: Path) -> list[bytes]:
         frames.append(data[at + 8 : at + 8 + n])
         at += 8 + n
     return frames
-
-
-def _write_durably(path: Path, data: bytes, directory: Path) -> None:
-    """Write whole, fsync the file, rename into place, fsync the folder: after a crash the file is
-    either absent or complete (the rename only counts once the folder's entry is on disk)."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-    fsync_dir(directory)
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ------------------------------------------------------------------------------------------------ learner

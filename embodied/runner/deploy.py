@@ -150,11 +150,10 @@ def _describe(shape: tuple[int, ...], meaning: str | None) -> str:
 
 
 class TwinAdapter:
-    """Robot observations -> policy observations through the training env (see the module doc)."""
+    """Robot observations -> policy observations through the training env (see the module doc); implements
+    real_robot.robot_env.Adapter."""
 
     def __init__(self, env, robot, settings: DeploySettings):
-        from real_robot.robot_env import Adapter  # noqa: F401 (the interface this implements)
-
         self.env, self.robot, self.settings = env, robot, settings
         self.observation_spec, self.action_spec = env.observation_spec, env.action_spec
         env.reset(seed=0)
@@ -266,7 +265,7 @@ def deploy(path: Path, settings: DeploySettings) -> list[dict[str, float]]:
         # in a dry run these are the hardware's specs (a dry run must refuse what the hardware would refuse)
         hardware = registry.build("robot", *load_robot_spec(settings.robot, settings.robot_params))
         unmeasured = check_fit(twin_env, hardware, settings.allow_unchecked)
-        robot = build_robot(settings, stack)
+        robot = build_robot(settings, stack) if settings.dry_run else hardware
         if type(robot) is not type(hardware):  # a dry run's stand-in (LeRobot arm -> the simulated arm) must fit too
             check_fit(twin_env, robot, settings.allow_unchecked)
         adapter = TwinAdapter(twin_env, robot, settings)

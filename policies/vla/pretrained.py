@@ -113,6 +113,8 @@ def load_lerobot(path: str | Path, kind: str = "smolvla"):
                "pi0": ("lerobot.policies.pi0.modeling_pi0", "PI0Policy")}
     if kind not in modules:
         raise ValueError(f"kind={kind!r}; valid choices: {', '.join(modules)}")
+    if not Path(path).is_dir():  # a local checkpoint only: nothing loads from a hub at run time
+        raise FileNotFoundError(f"no LeRobot {kind} checkpoint at {path} (a directory from save_pretrained)")
     import importlib
 
     try:

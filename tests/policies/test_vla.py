@@ -191,14 +191,13 @@ def test_a_plain_causal_lm_directory_becomes_the_backbone(tmp_path):
         VLAPolicy.from_pretrained(tmp_path)
 
 
-def test_lerobot_checkpoints_load_through_lerobot(tmp_path):
-    pytest.importorskip("lerobot.policies.smolvla.modeling_smolvla",
-                        reason="LeRobot is not importable beside this venv's torch (ENVIRONMENT.md: it needs "
-                               "its own environment), so SmolVLA/pi0 loading cannot run here")
+def test_lerobot_checkpoints_are_local_directories(tmp_path):
     from policies.vla.pretrained import load_lerobot
 
-    with pytest.raises(Exception):
+    with pytest.raises(FileNotFoundError, match="no LeRobot smolvla checkpoint at .*missing"):
         load_lerobot(tmp_path / "missing")
+    with pytest.raises(ValueError, match="valid choices: smolvla, pi0"):
+        load_lerobot(tmp_path, kind="octo")
 
 
 # --- RL: token log-probs through the shared core ----------------------------------------------
