@@ -49,7 +49,7 @@ class RslRlVecEnv(_RslRlVecEnv):
         self.max_episode_length = env.max_episode_steps
         self.device = env.device
         self.cfg: dict = {}
-        self._obs = env.reset(seed=seed)
+        self._obs, _ = env.reset(seed=seed)
 
     @property
     def episode_length_buf(self) -> torch.Tensor:
@@ -95,7 +95,7 @@ class Sb3VecEnv(_Sb3VecEnv):
 
     def reset(self) -> np.ndarray:
         seed = self._seeds[0]  # one seed drives our whole batch; SB3 gives env i seed + i
-        obs = self.env.reset(seed=seed)
+        obs, _ = self.env.reset(seed=seed)
         self._reset_seeds()
         self._reset_options()
         return self._np(obs[self.obs_key])

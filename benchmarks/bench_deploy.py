@@ -86,7 +86,7 @@ def lean_loop(hz: float, seconds: float) -> dict[str, float]:
         drone = MavlinkDrone(MavlinkDroneConfig(url=f"udpout:127.0.0.1:{vehicle.port}", control_hz=hz,
                                                 safety=SafetyConfig(watchdog_periods=10)))  # fmt: skip
         env = RobotEnv(drone, RobotEnvConfig(control_hz=hz, max_episode_steps=10**9))
-        obs = env.reset()
+        obs, _ = env.reset()
         with torch.no_grad():
             for _ in range(int(seconds * hz)):
                 obs, *_ = env.step(mlp(obs["state"]))

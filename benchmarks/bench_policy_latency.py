@@ -64,7 +64,7 @@ def main() -> None:
         ddim.load_state_dict(weights)
         student.load_state_dict(weights)
     student.load_state_dict(ddim.state_dict())
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     cases = {
         "diffusion act, 10-step DDIM": lambda: ddim.act(obs, deterministic=True),
         "diffusion raw forward, 10-step DDIM": lambda: raw_ddim(ddim, obs),

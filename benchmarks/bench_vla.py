@@ -47,7 +47,7 @@ def main() -> None:
     cached = registry.build("policy", "vla", {"horizon": args.horizon}, **spec).eval()
     uncached = registry.build("policy", "vla", {"horizon": args.horizon, "use_cache": False}, **spec).eval()
     uncached.load_state_dict(cached.state_dict())
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     cases = {
         "VLA act, greedy, KV cache": lambda: cached.act(obs, deterministic=True),
         "raw forward, greedy, KV cache": lambda: raw_greedy(cached, obs),

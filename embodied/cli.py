@@ -1,6 +1,8 @@
 """The `embodied` command.
 
     embodied train experiment=quadrotor_hover [key=value ...]   # Hydra overrides; -m sweeps
+    embodied train env=arm_reach [policy=mlp algo=ppo ...]      # no experiment: the components' own defaults
+    embodied train env=my_pkg.envs:MyEnv                        # an env of your own (or an `embodied.envs` entry point)
     embodied train resume=<run dir>                             # continue an interrupted run
     embodied eval <run dir or checkpoint> [--episodes N]
     embodied deploy <run dir or checkpoint> robot=<name> [robot.key=value ...] [--dry-run] [--export DIR]
@@ -22,8 +24,12 @@ from pathlib import Path
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
-def register_configs() -> None:
-    """Config groups env/, policy/, algo/ from the registry: the defaults live in each class's Config."""
+GROUPS = ("env", "policy", "algo")  # the config groups an experiment picks (`override /env: arm_reach`)
+
+
+def register_configs(overrides: list[str] = ()) -> None:
+    """Config groups env/, policy/, algo/ from the registry: the defaults live in each class's Config.
+    An import path among `overrides` (env=my_pkg.envs:MyEnv) gets its group node too."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
@@ -32,27 +38,146 @@ def register_configs() -> None:
 
     store = ConfigStore.instance()
     for kind in registry.REGISTRY:
-        for name in registry.names(kind):
-            try:
-                fields = dataclasses.asdict(registry.resolve(kind, name).Config())
-            except registry.MissingExtraError:
-                fields = {}  # building it later raises the error naming the extra
-            store.store(group=kind, name=name, node={"name": name, **fields})
+        paths = [v for o in overrides if o.split("=")[0] == kind for v in o.split("=", 1)[1].split(",") if ":" in v]
+        for name in registry.names(kind) + paths:
+            store.store(group=kind, name=name, node=_node(kind, name))
     store.store(name="train_defaults", node={"train": dataclasses.asdict(TrainConfig())})
     if not OmegaConf.has_resolver("run_dir"):
         OmegaConf.register_new_resolver("run_dir", lambda resume, default: resume or default)
+    if not OmegaConf.has_resolver("run_name"):  # the run directory's name, per job of a sweep too
+        OmegaConf.register_new_resolver("run_name", lambda name, _root_: _run_name(
+            name, _root_.hydra.runtime.choices, list(_root_.hydra.overrides.task)).replace(":", "."))  # import paths
+
+
+def _node(kind: str, name: str) -> dict:
+    """A group's config node: its class's Config defaults; none where the class cannot be imported here
+    (building it later raises the one-line error naming the extra or the import problem)."""
+    from embodied import registry
+
+    try:
+        config = getattr(registry.resolve(kind, name), "Config", None)
+    except (registry.MissingExtraError, KeyError):
+        config = None
+    return {"name": name, **(dataclasses.asdict(config()) if dataclasses.is_dataclass(config) else {})}
+
+
+def _aliases(overrides: list[str]) -> list[str]:
+    """`experiment=null` (no experiment: each component's own defaults) in the form Hydra takes, `~experiment`."""
+    return ["~experiment" if o.lower() == "experiment=null" else o for o in overrides]
 
 
 def compose(overrides: list[str]) -> dict:
     """The resolved run config for `overrides`, as `embodied train` would build it (no run dir)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
+
+    overrides = _aliases(overrides)
+    register_configs(overrides)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    choices, task = OmegaConf.to_container(cfg.hydra.runtime.choices), list(cfg.hydra.overrides.task)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    _settle(cfg, choices, task)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+# --- an experiment applies where it was written for ----------------------------------------------
+
+
+def _experiment(name: str) -> tuple[dict[str, str], set[str]]:
+    """An experiment's own group choices (`override /env: X` in its defaults list) and the sections it
+    sets (env, policy, algo, train, pipeline, ...; not top-level scalars such as `name`), with those of the
+    experiments it extends."""
+    import yaml
+
+    doc = yaml.safe_load((CONFIG_DIR / "experiment" / f"{name}.yaml").read_text()) or {}
+    choices, sections = {}, {key for key, value in doc.items() if key != "defaults" and isinstance(value, dict)}
+    for item in doc.get("defaults", []):
+        if isinstance(item, dict):  # {"override /env": "arm_reach"}
+            choices.update({key.split("/")[-1]: value for key, value in item.items()})
+        elif item != "_self_":  # an experiment this one extends
+            base_choices, base_sections = _experiment(item)
+            choices, sections = {**base_choices, **choices}, sections | base_sections
+    return choices, sections
+
+
+def _user_keys(overrides: list[str]) -> set[str]:
+    """The keys the command line sets ("env.w_pos", "experiment"), without Hydra's +, ++ and ~."""
+    return {o.split("=", 1)[0].lstrip("~+") for o in overrides}
+
+
+def _not_applied(choices, overrides: list[str]) -> tuple[list[str], list[str], bool]:
+    """What of the chosen experiment does not apply: (the groups chosen otherwise than in its defaults list,
+    its sections that go with them, whether the run takes the env's name instead of the experiment's).
+
+    An experiment named on the command line keeps its settings except the sections of those groups
+    (experiment=quadrotor_hover env=quadrotor_waypoint: waypoint's own reward weights, hover's policy and
+    algo settings). The default experiment (config.yaml) applies only while no group is chosen:
+    `embodied train env=arm_reach` trains arm reach from the components' own defaults."""
+    experiment, user = choices.get("experiment"), _user_keys(overrides)
+    if not experiment:
+        return [], [], False
+    own, sections = _experiment(experiment)
+    if "experiment" not in user:  # the default one
+        chosen = [g for g in GROUPS if g in user]
+        return (chosen, sorted(sections | set(chosen)), True) if chosen else ([], [], False)
+    changed = [g for g in GROUPS if g in own and choices.get(g) != own[g]]
+    return changed, changed, "env" in changed
+
+
+def _run_name(name: str, choices, overrides: list[str]) -> str:
+    """The run's name (its directory under runs/): the experiment's, or the env's where the env is not the
+    experiment's; a name= on the command line wins."""
+    rename = _not_applied(choices, overrides)[2] and "name" not in _user_keys(overrides)
+    return choices["env"] if rename else name
+
+
+def _settle(cfg, choices, overrides: list[str]) -> str | None:
+    """Drop, in place, the chosen experiment's settings where they do not apply (`_not_applied`), and name the
+    run after what runs. Returns a one-line notice naming what was dropped, None when nothing was."""
+    from omegaconf import open_dict
+
+    changed, sections, _ = _not_applied(choices, overrides)
+    user = _user_keys(overrides)
+    with open_dict(cfg):
+        dropped = [key for section in sections for key in _reset_section(cfg, section, choices, user)]
+        cfg.name = _run_name(cfg.name, choices, overrides)
+    if not dropped:
+        return None
+    chosen, experiment = ", ".join(f"{g}={choices[g]}" for g in changed), choices["experiment"]
+    if "experiment" not in user:
+        return f"notice: {chosen} without experiment=: the default experiment {experiment} does not apply " \
+               f"(dropped {', '.join(dropped)})"
+    own = ", ".join(f"{g}={_experiment(experiment)[0][g]}" for g in changed)
+    return f"notice: experiment={experiment} is written for {own}; with {chosen} its {', '.join(dropped)} " \
+           f"do not apply (dropped)"
+
+
+def _reset_section(cfg, section: str, choices, user: set[str]) -> list[str]:
+    """Set `section` to what it is without an experiment (a group's component defaults, train's, or none: a key
+    the new component lacks goes), keeping the keys the command line sets in it; returns the keys that changed."""
     from omegaconf import OmegaConf
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=overrides)
-    return OmegaConf.to_container(cfg, resolve=True)
+    from embodied.runner.trainer import TrainConfig
+
+    if section in GROUPS:
+        fresh = OmegaConf.create(_node(section, choices[section]))
+    else:
+        fresh = OmegaConf.create(dataclasses.asdict(TrainConfig()) if section == "train" else {})
+    absent = object()
+    for key in sorted(k for k in user if k.startswith(section + ".")):
+        value = OmegaConf.select(cfg, key, default=absent)
+        if value is not absent:
+            OmegaConf.update(fresh, key.split(".", 1)[1], value, merge=False, force_add=True)
+    old = OmegaConf.to_container(cfg[section], resolve=True) if section in cfg else {}
+    new = OmegaConf.to_container(fresh)
+    if new:
+        cfg[section] = new
+    else:
+        cfg.pop(section, None)
+    return [f"{section}.{k}" for k in old if k not in new or new[k] != old[k]]
 
 
 def _unknown_key(argv: list[str]) -> str | None:
@@ -64,6 +189,7 @@ def _unknown_key(argv: list[str]) -> str | None:
     if not keys:
         return None
     choices = [o for o in overrides if "." not in o.split("=", 1)[0] and "," not in o]  # experiment=, env=, seed=
+    choices += [a for a in argv if a == "~experiment"]  # experiment=null
     try:
         config = compose(choices)
     except Exception:  # noqa: BLE001 - Hydra reports composition errors itself
@@ -84,27 +210,54 @@ def _train_task(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from embodied.runner.trainer import trainer_class
-
     from embodied.algorithms.losses import NonFiniteLossError
     from embodied.config import ConfigError
     from embodied.registry import MissingExtraError
     from embodied.runner.checkpoint import DamagedCheckpointError
+    from embodied.runner.trainer import trainer_class
 
-    config = OmegaConf.to_container(cfg, resolve=True)
+    hydra = HydraConfig.get()
+    run_dir, started = Path(hydra.runtime.output_dir), False
     try:
+        notice = _settle(cfg, OmegaConf.to_container(hydra.runtime.choices), list(hydra.overrides.task))
+        if notice:
+            print(notice, flush=True)
+            (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))  # Hydra saved it unsettled
+        config = OmegaConf.to_container(cfg, resolve=True)
         if config.get("resume"):
             trainer = trainer_class(config["resume"]).resume(config["resume"])
             print(f"resuming {config['resume']} from iteration {trainer.iteration} ({trainer.env_steps:,} env steps)")
         else:
-            trainer = trainer_class(config)(config, Path(HydraConfig.get().runtime.output_dir))
+            trainer = trainer_class(config)(config, run_dir)
+        started = True
         summary = trainer.learn()
     except (ConfigError, MissingExtraError, NonFiniteLossError, FileNotFoundError, KeyError, DamagedCheckpointError) as err:
         # one message, no traceback (Hydra would print one); KeyError: an unknown registry name
         print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
         raise SystemExit(1) from None
+    finally:
+        if not started and not cfg.get("resume"):
+            _discard(run_dir)
     _print_summary(summary)
     return summary.get("eval/success")
+
+
+def _discard(run_dir: Path) -> None:
+    """Remove the directory Hydra made for a run that failed to start (it holds only Hydra's .hydra/ and log),
+    and the folders above it that this leaves empty, up to runs/. A directory with anything else (a checkpoint,
+    a user's files) stays."""
+    import shutil
+
+    run_dir, runs = run_dir.resolve(), Path.cwd().resolve() / "runs"
+    if not run_dir.is_dir() or run_dir == Path.cwd().resolve() or any(
+            p.name != ".hydra" and p.suffix != ".log" for p in run_dir.iterdir()):
+        return
+    shutil.rmtree(run_dir)
+    for parent in run_dir.parents:
+        # a sweep's folder holds Hydra's multirun.yaml from the start
+        if not (parent == runs or runs in parent.parents) or any(p.name != "multirun.yaml" for p in parent.iterdir()):
+            break
+        shutil.rmtree(parent)
 
 
 def _print_summary(summary: dict) -> None:
@@ -118,11 +271,26 @@ def _print_summary(summary: dict) -> None:
     print("\n".join(lines), flush=True)
 
 
+def _gymnasium_id(argv: list[str]) -> str | None:
+    """`env=HalfCheetah-v5`: a gymnasium id where an env name goes; says how to train it."""
+    from embodied import registry
+
+    for value in (a.split("=", 1)[1] for a in argv if a.startswith("env=") and ":" not in a):
+        if value not in registry.names("env"):
+            import gymnasium
+
+            if value in gymnasium.registry:
+                return (f"env={value} is a gymnasium id, not a registered env; train it with "
+                        f"`embodied train experiment=gym env.id={value}` (or env=gym env.id={value})")
+    return None
+
+
 def train(argv: list[str]) -> int:
     import hydra
 
-    register_configs()
-    unknown = _unknown_key(argv)
+    argv = _aliases(argv)
+    register_configs(argv)
+    unknown = _unknown_key(argv) or _gymnasium_id(argv)
     if unknown:
         print(f"error: {unknown}", file=sys.stderr)
         return 1
@@ -328,9 +496,10 @@ def list_cmd() -> int:
     from embodied import registry
 
     for kind in registry.REGISTRY:
-        for name, entry in sorted(registry.REGISTRY[kind].items()):
+        for name, entry in sorted(registry.entries(kind).items()):
             extra = f"  [extra: {entry.extra}]" if entry.extra else ""
-            print(f"{kind:8s} {name:24s} {entry.target}{extra}")
+            source = f"  (from {entry.dist})" if entry.dist else ""
+            print(f"{kind:8s} {name:24s} {entry.target}{extra}{source}")
     experiments = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
     print("experiments:", ", ".join(experiments))
     return 0

@@ -50,7 +50,7 @@ def collect_episodes(env: VecEnv, expert: Expert, seed: int) -> TensorDict:
     """One expert episode per env from env.reset(seed): TensorDict [T, N] with obs, action, reward,
     done, live (True up to and including each env's first done step) and success [T, N] (the
     episode's outcome, broadcast over its steps)."""
-    obs = env.reset(seed=seed)
+    obs, _ = env.reset(seed=seed)
     n = env.num_envs
     live = torch.ones(n, dtype=torch.bool, device=env.device)
     outcome = torch.zeros(n, dtype=torch.bool, device=env.device)

@@ -2,11 +2,20 @@
 
 Nothing is imported until a name is built, so `import embodied` stays fast and a
 missing optional package gives one error naming the extra to install.
+
+Envs of your own need no edit here: name one by its import path
+(`env=my_pkg.envs:MyTaskEnv`, a VecEnv subclass with a `Config` dataclass), or
+declare it in your package's entry points, group `embodied.envs`:
+
+    [project.entry-points."embodied.envs"]
+    my_task = "my_pkg.envs:MyTaskEnv"        # then env=my_task; `embodied list` shows it
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +30,12 @@ class MissingExtraError(ImportError):
 class Entry:
     target: str  # "package.module:Attribute"
     extra: str | None = None  # pip extra that installs its dependencies, None = core
+    dist: str | None = None  # the installed distribution that declares it (entry points); None = this project
+
+    def install_hint(self, missing: str) -> str:
+        if self.extra is None:
+            return f"pip install {missing}"
+        return f"pip install '{self.dist}[{self.extra}]'" if self.dist else f"pip install -e '.[{self.extra}]'"
 
 
 # kind -> name -> entry. Backends are listed here as strings; nothing is imported.
@@ -33,6 +48,7 @@ REGISTRY: dict[str, dict[str, Entry]] = {
         "mujoco_push": Entry("sims.mujoco:MujocoPushEnv", extra="mujoco"),
         "mujoco_pick": Entry("sims.mujoco:MujocoPickEnv", extra="mujoco"),
         "maniskill": Entry("sims.maniskill:ManiSkillEnv", extra="maniskill"),  # env.env_id picks the task
+        "gym": Entry("sims.gym:GymEnv", extra="gym"),
         # Isaac Gym and Isaac Lab are not on PyPI for our Python/CPU: the adapters raise a
         # MissingExtraError with install steps; tests use embodied.testing's fakes
         "isaacgym": Entry("sims.isaacgym.env:IsaacGymEnv", extra="isaacgym"),
@@ -74,31 +90,51 @@ REGISTRY: dict[str, dict[str, Entry]] = {
 }
 
 
+# kind -> the entry-point group in which installed packages declare names of that kind
+ENTRY_POINTS = {"env": "embodied.envs"}
+
+
 def names(kind: str) -> list[str]:
-    return sorted(_table(kind))
+    return sorted(entries(kind))
 
 
-def _table(kind: str) -> dict[str, Entry]:
+def entries(kind: str) -> dict[str, Entry]:
+    """The names of `kind`: ours, then those installed packages declare (ours win a clash)."""
     if kind not in REGISTRY:
         raise KeyError(f"unknown registry kind {kind!r}; valid kinds: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[kind]
+    return {**_installed(kind), **REGISTRY[kind]}
+
+
+@functools.cache
+def _installed(kind: str) -> dict[str, Entry]:
+    if kind not in ENTRY_POINTS:
+        return {}
+    return {ep.name: Entry(f"{ep.module}:{ep.attr}", ep.extras[0] if ep.extras else None, ep.dist and ep.dist.name)
+            for ep in importlib.metadata.entry_points(group=ENTRY_POINTS[kind])}
 
 
 def resolve(kind: str, name: str) -> Any:
-    """Import and return the class registered as `name` under `kind`."""
-    table = _table(kind)
-    if name not in table:
-        raise KeyError(f"unknown {kind} {name!r}; valid choices: {', '.join(sorted(table))}")
-    entry = table[name]
-    module_name, attr = entry.target.split(":")
+    """Import and return the class registered as `name` under `kind`, or named by its import path
+    ("package.module:Class", which needs no registration)."""
+    table = entries(kind)
+    if name not in table and ":" not in name:
+        raise KeyError(f"unknown {kind} {name!r}; valid choices: {', '.join(sorted(table))} "
+                       "(or an import path, package.module:Class)")
+    entry = table.get(name, Entry(name))
+    module_name, _, attr = entry.target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
-        if entry.extra is None or err.name is None or err.name.split(".")[0] in module_name.split(".")[0]:
-            raise
-        raise MissingExtraError(
-            f"{kind} {name!r} needs the optional package {err.name!r}: pip install -e '.[{entry.extra}]'"
-        ) from err
+        missing = err.name or module_name
+        if missing.split(".")[0] != module_name.split(".")[0]:  # a package it imports is not installed
+            raise MissingExtraError(
+                f"{kind} {name!r} needs the optional package {missing!r}: {entry.install_hint(missing)}"
+            ) from err
+        if name in REGISTRY[kind]:
+            raise  # our own module is missing: a broken checkout, the traceback helps
+        raise KeyError(f"{kind} {name!r}: {err} (is its package installed, or its folder on PYTHONPATH?)") from None
+    if not hasattr(module, attr):
+        raise KeyError(f"{kind} {name!r}: module {module_name!r} has no attribute {attr!r}")
     return getattr(module, attr)
 
 

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import torch
+from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict
 
 from embodied import keys
@@ -37,10 +38,10 @@ class Collector:
         self.episode_length = torch.zeros(n, dtype=torch.long, device=device)
         self._finished: list[torch.Tensor] = []  # rows of (return, length, success) per done step
         self._buffer: TensorDict | None = None
-        self.next_step_autoreset = getattr(env, "autoreset_mode", None) == "next_step"
+        self.next_step_autoreset = env.metadata.get("autoreset_mode") == AutoresetMode.NEXT_STEP
 
     def reset(self, seed: int | None = None) -> None:
-        self.obs = self.env.reset(seed=seed)
+        self.obs, _ = self.env.reset(seed=seed)
         self.episode_return.zero_()
         self.episode_length.zero_()
 

@@ -1,7 +1,7 @@
 """A robot as a `VecEnv` with num_envs=1, stepped at a fixed control rate.
 
     env = RobotEnv(robot, RobotEnvConfig(control_hz=100, max_episode_steps=1000))
-    obs = env.reset()                                   # connects the robot
+    obs, _ = env.reset()                                   # connects the robot
     obs, reward, terminated, truncated, info = env.step(action)   # action [1, A]
     env.timing()    # achieved rate, latency and jitter (p50 / p99)
 
@@ -90,16 +90,16 @@ class RobotEnv(VecEnv):
         self._latency: list[float] = []
         self.after_send = None  # optional callable run after the command is written, while waiting for the tick
 
-    def reset(self, seed: int | None = None) -> TensorDict:
+    def _reset(self, seed: int | None, options: dict) -> tuple[TensorDict, dict]:
         if not self.robot.connected:
             self.robot.connect()
         self.robot_obs = self.robot.get_observation()
         self.adapter.reset(self.robot_obs)
         self._steps, self._tick, self._t0 = 0, 0, self.robot_obs["timestamp"]
         self._ticks, self._latency = [self._t0], []
-        return self._batch(self.adapter.observe(self.robot_obs))
+        return self._batch(self.adapter.observe(self.robot_obs)), {}
 
-    def step(self, action: torch.Tensor) -> StepResult:
+    def _step(self, action: torch.Tensor) -> StepResult:
         if tuple(action.shape) != (1, *self.action_spec.shape):
             raise ValueError(f"action must be [1, {', '.join(map(str, self.action_spec.shape))}], got {list(action.shape)}")
         command = self.adapter.action(action[0])

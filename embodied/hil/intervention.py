@@ -44,7 +44,7 @@ class InterventionActor:
         self._finished: list[torch.Tensor] = []  # rows (steps, human_steps, segments, success)
 
     def reset(self, seed: int | None = None) -> TensorDict:
-        self.obs = self.env.reset(seed=seed)
+        self.obs, _ = self.env.reset(seed=seed)
         for t in (self.steps, self.human_steps, self.segments):
             t.zero_()
         self.was_active.zero_()

@@ -215,17 +215,17 @@ class ClassifierReward(VecEnv):
             raise AttributeError(name)
         return getattr(self.env, name)
 
-    def reset(self, seed: int | None = None) -> TensorDict:
-        return self.env.reset(seed=seed)
+    def _reset(self, seed: int | None, options: dict) -> tuple[TensorDict, dict]:
+        return self.env.reset(seed=seed, options=options or None)
 
-    def step(self, action: torch.Tensor):
+    def _step(self, action: torch.Tensor):
         obs, reward, terminated, truncated, info = self.env.step(action)
         done = terminated | truncated
         seen = info["final_obs"] if bool(done[0]) else obs  # the observation this action led to
         p, fired = self.classifier.success(seen)
         if bool(fired[0]) and not bool(done[0]):
             info = {**info, "final_obs": obs}
-            obs = self.env.reset()
+            obs, _ = self.env.reset()
         if bool(fired[0]):
             reward = torch.ones_like(reward)
             terminated = terminated | fired

@@ -308,7 +308,7 @@ def _open_store(log_dir: Path | None):
 @torch.no_grad()
 def _run_episode(env, adapter: TwinAdapter, policy, settings: DeploySettings, episode: int, store,
                  resume: bool = False) -> dict[str, float]:  # fmt: skip
-    obs = env.reset()
+    obs, _ = env.reset()
     rows: dict[str, list] = {}
     errors: list[float] = []
     rejected: list[bool] = []  # per command: the safety layer passed nothing (latched, stale, shape, no valid clip)

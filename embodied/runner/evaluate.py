@@ -17,7 +17,7 @@ def evaluate(policy: Policy, env: VecEnv, seed: int, deterministic: bool = True)
     """
     was_training = policy.training
     policy.eval()
-    obs = env.reset(seed=seed)
+    obs, _ = env.reset(seed=seed)
     n = env.num_envs
     finished = torch.zeros(n, dtype=torch.bool, device=env.device)
     success = torch.zeros(n, dtype=torch.bool, device=env.device)

@@ -28,13 +28,15 @@ from embodied.envs import VecEnv
 from embodied.policy import ActOutput, Policy
 from embodied.rollout import Collector
 from embodied.runner.evaluate import evaluate
+from embodied.runner.trainer import whole_budget
 
 
 @dataclass(frozen=True)
 class OnlineConfig:
     """The online stage of a pipeline (the off-policy loop)."""
 
-    offline_fraction: float = 0.5  # share of each batch drawn from the offline data (RLPD 0.5; WSRL 0)
+    # share of each batch drawn from the offline data (RLPD 0.5; WSRL 0); 0 = online only, as without demos
+    offline_fraction: float = 0.0
     random_steps: int = 0  # env steps of uniform random actions first (SAC from scratch: 5,000 in SB3's zoo)
     warmup_steps: int = 0  # env steps of pretrained-policy rollouts before any update (WSRL: 5,000)
     # first updates that train the critic only, the actor frozen: on arm reach, online updates from a fresh
@@ -83,6 +85,7 @@ class OffPolicyLoop:
 
     def run(self, total_env_steps: int, on_eval: Callable[[dict], None]) -> None:
         cfg, algo = self.config, self.algo
+        total_env_steps = whole_budget(total_env_steps, self.env.num_envs, "train.num_envs (one step each per collect)")
         batch_size, utd = algo.config.batch_size, algo.config.utd_ratio
         actor_every = max(1, round(utd))
         if self.collector.obs is None:
@@ -126,17 +129,28 @@ class OffPolicyLoop:
 
     def state_dict(self) -> dict:
         return {"env_steps": self.env_steps, "updates": self.updates, "train_time": self.train_time,
-                "update_credit": self.update_credit,
-                "env": self.env.get_state(), "collector": self.collector.state_dict(),
+                "update_credit": self.update_credit, "collector": self.collector.state_dict(),
                 "buffer": self.buffer.state_dict(), "generator": self.generator.get_state(),
-                "torch_rng": torch.get_rng_state(), "algo": self.algo.state_dict()}
+                "torch_rng": torch.get_rng_state(), "algo": self.algo.state_dict(), **self._env_state()}
+
+    def _env_state(self) -> dict:
+        try:
+            return {"env": self.env.get_state()}
+        except NotImplementedError:
+            return {}  # snapshots are optional (embodied/envs.py): a resumed loop starts from a fresh reset
 
     def load_state_dict(self, state: dict) -> None:
         device = self.env.device
         self.env_steps, self.updates, self.train_time = state["env_steps"], state["updates"], state["train_time"]
         self.update_credit = state["update_credit"]
-        self.env.set_state({k: v.to(device) for k, v in state["env"].items()})
-        self.collector.load_state_dict({k: v.to(device) for k, v in state["collector"].items()})
+        if "env" in state:
+            self.env.set_state({k: v.to(device) for k, v in state["env"].items()})
+            self.collector.load_state_dict({k: v.to(device) for k, v in state["collector"].items()})
+        else:
+            seed = self.seed + self.env_steps
+            print(f"resuming without the envs' state ({type(self.env).__name__} has no snapshots): "
+                  f"episodes start over from a reset with seed {seed}", flush=True)
+            self.collector.reset(seed=seed)
         self.buffer.load_state_dict(state["buffer"])
         self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])

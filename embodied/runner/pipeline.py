@@ -1,6 +1,6 @@
 """The staged pipeline: demonstrations -> bc -> offline RL -> online RL, as named stages of one run.
 
-    pipeline = Pipeline(config, run_dir)    # config: a run config with a `pipeline` section
+    pipeline = Pipeline(config, run_dir)    # config: a run config with a `pipeline` section (none: its defaults)
     summary = pipeline.learn()              # runs the stages not yet finished, evaluates, plots
     pipeline = Pipeline.resume(run_dir)     # continue at the stage (and checkpoint) where it stopped
 
@@ -30,6 +30,7 @@ from tensordict import TensorDict
 
 from embodied import keys, registry
 from embodied.algorithms.advantages import discounted_returns
+from embodied.algorithms.sac import check_actor_critic
 from embodied.config import ConfigError, build_config, check
 from embodied.data.replay import MixedSampler, ReplayBuffer
 from embodied.demos import EXPERTS, load_expert
@@ -119,7 +120,8 @@ def collect_demos(env, obs: TensorDict, expert, action_noise: float, gamma: floa
 class Pipeline:
     def __init__(self, config: dict[str, Any], run_dir: Path):
         self.config, self.run_dir = config, Path(run_dir)
-        self.cfg = build_config(PipelineConfig, config["pipeline"], "pipeline")
+        # no `pipeline` section (embodied train algo=sac): its defaults, the online stage alone
+        self.cfg = build_config(PipelineConfig, config.get("pipeline") or {}, "pipeline")
         self.train_cfg = build_config(TrainConfig, config["train"], "train")
         check(isinstance(config["seed"], int), f"seed={config['seed']!r} must be an int")
         if self.cfg.bc.updates or self.cfg.offline.updates or self.cfg.online.offline_fraction:
@@ -136,8 +138,15 @@ class Pipeline:
         # built here, before any stage seeds the random stream: building an env draws from it
         self.eval_env = make_env(config, self.cfg.online.eval_episodes, self.device)
         self.offline_algo_params = dict(self.cfg.offline.algo)
-        registry.resolve("algo", self.offline_algo_params["name"])  # an unknown name fails now, not after BC
-        registry.resolve("algo", config["algo"]["name"])
+        # an unknown name, or a policy the algo cannot train, fails now rather than after BC
+        offline = [self.offline_algo_params["name"]] if self.cfg.offline.updates else []
+        for name in [config["algo"]["name"], *offline]:
+            if getattr(registry.resolve("algo", name), "needs_replay", False):
+                try:
+                    check_actor_critic(self.policy, name)
+                except ValueError as err:
+                    raise ConfigError(str(err)) from None
+        registry.resolve("algo", self.offline_algo_params["name"])
         self.generator = torch.Generator().manual_seed(config["seed"])
 
     @classmethod
@@ -198,7 +207,7 @@ class Pipeline:
         cfg = self.cfg.demos
         expert = load_expert(self.config["env"]["name"])
         env = make_env(self.config, cfg.episodes, self.device)
-        obs = env.reset(seed=self.config["seed"] + 2_000_003)  # demo episodes differ from train and eval ones
+        obs, _ = env.reset(seed=self.config["seed"] + 2_000_003)  # demo episodes differ from train and eval ones
         gamma = float(self.offline_algo_params.get("gamma", 0.99))
         return collect_demos(env, obs, expert, cfg.action_noise, gamma, torch.Generator().manual_seed(self.config["seed"]))
 

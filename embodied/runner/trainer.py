@@ -63,23 +63,40 @@ def make_policy(config: dict, env) -> torch.nn.Module:
 
 
 def trainer_class(config_or_run_dir: dict | str | Path) -> type:
-    """`Pipeline` for a config with a `pipeline` section (or a pipeline run directory), else `Trainer`."""
+    """The runner of a config, or of a run directory by the config saved there: `ImitationTrainer` for an
+    `imitation` section, `Pipeline` for a `pipeline` section or an algo that learns from replay (SAC, RLPD:
+    its online stage alone, from the pipeline's defaults), else `Trainer`."""
     from embodied.runner.pipeline import Pipeline
 
-    if isinstance(config_or_run_dir, dict):
-        if config_or_run_dir.get("imitation"):  # demos -> BC -> optional PPO fine-tuning (embodied/runner/bc.py)
-            from embodied.runner.bc import ImitationTrainer
+    config = config_or_run_dir if isinstance(config_or_run_dir, dict) else _saved_config(Path(config_or_run_dir))
+    if config.get("imitation"):  # demos -> BC -> optional PPO fine-tuning (embodied/runner/bc.py)
+        from embodied.runner.bc import ImitationTrainer
 
-            return ImitationTrainer
-        return Pipeline if config_or_run_dir.get("pipeline") else Trainer
-    latest = Path(config_or_run_dir) / "checkpoints" / "latest"
-    # latest.old: the checkpoint resume falls back to when a crash left no latest (checkpoint.py)
-    saved = next((d / "config.yaml" for d in (latest, latest.with_name("latest.old")) if (d / "config.yaml").exists()),
-                 None)
-    if saved and (yaml.safe_load(saved.read_text()) or {}).get("imitation"):
-        return trainer_class({"imitation": True})
-    path = Path(config_or_run_dir) / "config.yaml"  # a pipeline writes its config there, a Trainer under checkpoints/
-    return Pipeline if path.exists() and "pipeline" in (yaml.safe_load(path.read_text()) or {}) else Trainer
+        return ImitationTrainer
+    replay = "algo" in config and getattr(registry.resolve("algo", config["algo"]["name"]), "needs_replay", False)
+    if config.get("pipeline") or replay:
+        return Pipeline
+    return Trainer
+
+
+def _saved_config(run_dir: Path) -> dict:
+    """A run directory's config: the pipeline writes it at the top, a Trainer in its checkpoints (latest.old: the
+    checkpoint resume falls back to when a crash left no latest, checkpoint.py); {} when there is none."""
+    latest = run_dir / "checkpoints" / "latest"
+    for path in (run_dir / "config.yaml", latest / "config.yaml", latest.with_name("latest.old") / "config.yaml"):
+        if path.exists():
+            return yaml.safe_load(path.read_text()) or {}
+    return {}
+
+
+def whole_budget(total: int, step: int, unit: str) -> int:
+    """The env steps a loop that advances `step` at a time trains for a budget of `total` (at least `total`):
+    a one-line notice when that is more."""
+    steps = -(-total // step) * step
+    if steps != total:
+        print(f"notice: train.total_env_steps={total:,} is not a multiple of {unit} = {step:,}; "
+              f"training {steps:,} env steps", flush=True)
+    return steps
 
 
 class Trainer:
@@ -101,7 +118,7 @@ class Trainer:
         if getattr(registry.resolve("algo", config["algo"]["name"]), "needs_replay", False):
             raise ConfigError(
                 f"algo={config['algo']['name']} learns from a replay buffer, which this on-policy loop does not keep; "
-                "use an experiment with a `pipeline` section (e.g. experiment=arm_reach_sac or arm_reach_o2o)"
+                "the off-policy loop trains it (trainer_class(config) picks Pipeline, as `embodied train` does)"
             )
         self.algo = registry.build("algo", config["algo"]["name"], _params(config["algo"]), policy=self.policy)
         self.collector = Collector(self.env, self.policy, self.cfg.rollout_steps)
@@ -117,9 +134,10 @@ class Trainer:
         if self.iteration == 0:
             self.collector.reset(seed=self.config["seed"])
         torch.set_rng_state(self.rng_state)
-        logger = RunLogger(self.run_dir, cfg.total_env_steps, self.env_steps, cfg.progress)
+        total = whole_budget(cfg.total_env_steps, cfg.num_envs * cfg.rollout_steps, "train.num_envs x rollout_steps")
+        logger = RunLogger(self.run_dir, total, self.env_steps, cfg.progress)
         try:
-            while self.env_steps < cfg.total_env_steps and (cfg.max_seconds is None or self.train_time < cfg.max_seconds):
+            while self.env_steps < total and (cfg.max_seconds is None or self.train_time < cfg.max_seconds):
                 start = time.perf_counter()
                 batch = self.collector.collect()
                 metrics = self.algo.update(batch)
@@ -167,9 +185,13 @@ class Trainer:
         path = self.run_dir / "checkpoints" / name
         trainer_state = {
             "iteration": self.iteration, "env_steps": self.env_steps, "train_time": self.train_time,
-            "algo": self.algo.state_dict(), "env": self.env.get_state(),
-            "collector": self.collector.state_dict(), "torch_rng": torch.get_rng_state(),
+            "algo": self.algo.state_dict(), "collector": self.collector.state_dict(),
+            "torch_rng": torch.get_rng_state(),
         }
+        try:
+            trainer_state["env"] = self.env.get_state()
+        except NotImplementedError:
+            pass  # snapshots are optional (embodied/envs.py): a resumed run starts from a fresh reset
         checkpoint.save_checkpoint(path, self.policy.state_dict(), trainer_state, self.config)
         return path
 
@@ -185,8 +207,14 @@ class Trainer:
         state = checkpoint.load_trainer(ckpt)
         trainer.policy.load_state_dict(checkpoint.load_model(ckpt, trainer.device))
         trainer.algo.load_state_dict(state["algo"])
-        trainer.env.set_state({k: v.to(trainer.device) for k, v in state["env"].items()})
-        trainer.collector.load_state_dict({k: v.to(trainer.device) for k, v in state["collector"].items()})
+        if "env" in state:
+            trainer.env.set_state({k: v.to(trainer.device) for k, v in state["env"].items()})
+            trainer.collector.load_state_dict({k: v.to(trainer.device) for k, v in state["collector"].items()})
+        else:
+            seed = trainer.config["seed"] + state["iteration"]
+            print(f"resuming without the envs' state ({type(trainer.env).__name__} has no snapshots): "
+                  f"episodes start over from a reset with seed {seed}", flush=True)
+            trainer.collector.reset(seed=seed)
         trainer.rng_state = state["torch_rng"]
         trainer.iteration, trainer.env_steps, trainer.train_time = state["iteration"], state["env_steps"], state["train_time"]
         truncate_metrics(run_dir, trainer.iteration)

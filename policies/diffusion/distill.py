@@ -65,7 +65,7 @@ def distill(policy: DiffusionPolicy, dataset: TensorDict, updates: int, batch_si
 @torch.no_grad()
 def teacher_observations(policy: DiffusionPolicy, env: VecEnv, seed: int) -> TensorDict:
     """Observations [M] of one episode per env driven by the policy's deterministic DDIM sampler."""
-    obs, live, seen = env.reset(seed=seed), torch.ones(env.num_envs, dtype=torch.bool, device=env.device), []
+    obs, live, seen = env.reset(seed=seed)[0], torch.ones(env.num_envs, dtype=torch.bool, device=env.device), []
     for _ in range(env.max_episode_steps):
         seen.append(obs[live])
         obs, _, terminated, truncated, _ = env.step(policy.act(obs, deterministic=True).action)

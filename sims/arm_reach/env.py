@@ -1,7 +1,7 @@
 """Arm reach with language: touch the ball the instruction names.
 
     env = ArmReachEnv(ArmReachEnv.Config(), num_envs=4096, device="cuda")
-    obs = env.reset(seed=0)                    # state [N, 26], privileged [N, 10], language [N, 64]
+    obs, info = env.reset(seed=0)                    # state [N, 26], privileged [N, 10], language [N, 64]
     obs, reward, terminated, truncated, info = env.step(action)   # action [N, 4] in [-1, 1]
 
 Each episode places a red, a green and a blue ball at reachable positions (the
@@ -134,23 +134,30 @@ class ArmReachEnv(VecEnv):
         self.steps = torch.zeros(n, dtype=torch.long, device=dev)  # [N] steps in the current episode
 
         state_dim = 2 * j + 3 + 3 * len(COLORS) + (len(COLORS) + 3 if config.goal_in_state else 0)
+        # Bounds: every point of the arm (tip, balls) lies within REACH of the shoulder-height point above the
+        # base, so a position / REACH is within [-1, 1.34] per axis and a difference or distance of two at most
+        # 2 (approached by two points stretched out at yaw +-90 deg); joint values and fractions are in [-1, 1];
+        # joint velocities stay within max_joint_velocity, under torque control within max_torque / damping
+        # (the damped integration's fixed point). 1% leaves room for float rounding at the edges.
+        top_speed = config.max_torque / config.damping if config.control == "torque" else config.max_joint_velocity
+        bound = 1.01 * max(2.0, top_speed / config.max_joint_velocity)
         self.observation_spec = {
-            "state": Spec((state_dim,), torch.float32),
-            "privileged": Spec((PRIVILEGED_DIM,), torch.float32),
+            "state": Spec((state_dim,), torch.float32, -bound, bound),
+            "privileged": Spec((PRIVILEGED_DIM,), torch.float32, -2.02, 2.02),
             "language": text_spec(config.max_instruction_bytes),
         }
         self.action_spec = Spec((j,), torch.float32, -1.0, 1.0, meaning="joint velocity / max_joint_velocity")
 
     # --- the VecEnv verbs -------------------------------------------------
 
-    def reset(self, seed: int | None = None) -> TensorDict:
+    def _reset(self, seed: int | None, options: dict) -> tuple[TensorDict, dict]:
         """Start a new episode in every env; `seed` re-seeds the generator."""
         if seed is not None:
             self.generator.manual_seed(seed)
         self._reset_envs(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
-        return self._observe()
+        return self._observe(), {}
 
-    def step(self, action: torch.Tensor) -> StepResult:
+    def _step(self, action: torch.Tensor) -> StepResult:
         """Advance every env by control_dt; action [N, J] is clipped to [-1, 1]."""
         cfg = self.config
         if tuple(action.shape) != (self.num_envs, kin.NUM_JOINTS):

@@ -3,7 +3,7 @@
     import isaacgym                                    # first: Isaac Gym refuses to load after torch
     env = IsaacGymEnv(IsaacGymEnv.Config(task="Ant"), num_envs=4096, device="cuda:0")
     env = IsaacGymEnv.from_task(my_vec_task)           # or wrap a VecTask you built yourself
-    obs = env.reset(seed=0)                            # state = obs_buf, privileged = states_buf
+    obs, info = env.reset(seed=0)                            # state = obs_buf, privileged = states_buf
     obs, reward, terminated, truncated, info = env.step(action)
 
 `VecTask.step(actions)` returns `(obs_dict, rew_buf, reset_buf, extras)`:
@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 from tensordict import TensorDict
 
 from embodied import keys
@@ -70,7 +71,8 @@ class IsaacGymEnv(VecEnv):
     """An Isaac Gym `VecTask` as a VecEnv (next-step autoreset, see the module docstring)."""
 
     Config = IsaacGymConfig
-    autoreset_mode = "next_step"  # gymnasium's name for resetting during the step after a done
+    # gymnasium's name for resetting during the step after a done
+    metadata = {**VecEnv.metadata, "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, config: IsaacGymConfig, num_envs: int = 1, device: torch.device | str = "cuda:0", task=None):
         self.config = config
@@ -98,7 +100,7 @@ class IsaacGymEnv(VecEnv):
         """Wrap an already built `VecTask` (yours, an IsaacGymEnvs one, or a fake)."""
         return cls(config or IsaacGymConfig(), task=task)
 
-    def reset(self, seed: int | None = None) -> TensorDict:
+    def _reset(self, seed: int | None, options: dict) -> tuple[TensorDict, dict]:
         """Reset every env (seeding torch, numpy and random globally when `seed` is given)."""
         if seed is not None:
             random.seed(seed)
@@ -107,9 +109,9 @@ class IsaacGymEnv(VecEnv):
         self.task.reset_buf[:] = 1  # as a fresh VecTask: the next step resets every env
         obs_dict, *_ = self.task.step(self.task.zero_actions())
         self._autoreset.zero_()
-        return self._observe(obs_dict)
+        return self._observe(obs_dict), {}
 
-    def step(self, action: torch.Tensor) -> StepResult:
+    def _step(self, action: torch.Tensor) -> StepResult:
         """One VecTask step; see the module docstring for the next-step autoreset."""
         if tuple(action.shape) != (self.num_envs, *self.action_spec.shape):
             raise ValueError(f"action shape {tuple(action.shape)} != {(self.num_envs, *self.action_spec.shape)}")

@@ -2,7 +2,7 @@
 
     env = IsaacLabEnv(IsaacLabEnv.Config(task="Isaac-Cartpole-Direct-v0"), num_envs=4096, device="cuda:0")
     env = IsaacLabEnv.from_env(gym_env)          # or wrap an Isaac Lab env you built yourself
-    obs = env.reset(seed=0)                      # state = obs["policy"], privileged = obs["critic"]
+    obs, info = env.reset(seed=0)                      # state = obs["policy"], privileged = obs["critic"]
     obs, reward, terminated, truncated, info = env.step(action)
 
 Isaac Lab's `step(action)` returns `(obs, reward, terminated, time_outs,
@@ -65,7 +65,6 @@ class IsaacLabEnv(VecEnv):
     """An Isaac Lab RL env as a VecEnv (same-step autoreset, final obs captured before the reset)."""
 
     Config = IsaacLabConfig
-    autoreset_mode = "same_step"
     # Direct tasks conventionally time out at max_episode_length - 1 (e.g. the
     # cartpole's _get_dones), manager-based ones at max_episode_length (mdp.time_out)
     time_limit_slack = 1
@@ -104,11 +103,11 @@ class IsaacLabEnv(VecEnv):
         """Wrap an already built Isaac Lab env (from gym.make, your own class, or a fake)."""
         return cls(config or IsaacLabConfig(), env=env)
 
-    def reset(self, seed: int | None = None) -> TensorDict:
+    def _reset(self, seed: int | None, options: dict) -> tuple[TensorDict, dict]:
         obs, _ = self.isaac_env.reset(seed=seed)
-        return self._observe(obs)
+        return self._observe(obs), {}
 
-    def step(self, action: torch.Tensor) -> StepResult:
+    def _step(self, action: torch.Tensor) -> StepResult:
         if tuple(action.shape) != (self.num_envs, *self.action_spec.shape):
             raise ValueError(f"action shape {tuple(action.shape)} != {(self.num_envs, *self.action_spec.shape)}")
         if self.config.clip_actions > 0:

@@ -1,7 +1,7 @@
 """ManiSkill3 tasks behind the VecEnv contract.
 
     env = ManiSkillEnv(ManiSkillEnv.Config(env_id="PickCube-v1", obs_mode="rgb"), num_envs=1024, device="cuda")
-    obs = env.reset(seed=0)        # state [N, D], images/base_camera uint8 [N, H, W, 3], language [N, L]
+    obs, info = env.reset(seed=0)        # state [N, D], images/base_camera uint8 [N, H, W, 3], language [N, L]
     obs, reward, terminated, truncated, info = env.step(action)
 
 The task is built with ManiSkill's own `gym.make(env_id, num_envs, obs_mode,
@@ -163,12 +163,13 @@ class ManiSkillEnv(VecEnv):
         self._language = encode_text([text], config.max_instruction_bytes, self.device).expand(num_envs, -1)
         self.observation_spec = self._specs(base.single_observation_space)
         self.observation_spec[keys.LANGUAGE] = text_spec(config.max_instruction_bytes)
+        self.metadata = {**self.metadata, "render_fps": base.control_freq}  # a frame per step, for RecordVideo
         if config.privileged:
             self.observation_spec[keys.PRIVILEGED] = Spec((base.get_state().shape[-1],), torch.float32)
 
     # --- the VecEnv verbs -------------------------------------------------
 
-    def reset(self, seed: int | None = None) -> TensorDict:
+    def _reset(self, seed: int | None, options: dict) -> tuple[TensorDict, dict]:
         """Reset every env; env i gets the episode seed ManiSkill gives env i of a batch seeded `seed`.
 
         Unseeded, the first reset draws its seed from torch's global generator,
@@ -185,9 +186,9 @@ class ManiSkillEnv(VecEnv):
             else:  # the same derivation as ManiSkill's _set_episode_rng, one seed per CPU env
                 more = np.random.RandomState(seed).randint(2**31, size=self.num_envs - 1).tolist()
                 raws = [env.reset(seed=s)[0] for env, s in zip(self.maniskill_envs, [seed, *more])]
-        return self._batch([self._map(raw, env) for raw, env in zip(raws, self.maniskill_envs)])
+        return self._batch([self._map(raw, env) for raw, env in zip(raws, self.maniskill_envs)]), {}
 
-    def step(self, action: torch.Tensor) -> StepResult:
+    def _step(self, action: torch.Tensor) -> StepResult:
         """Advance every env one control step; action [N, *action_spec.shape]."""
         if tuple(action.shape) != (self.num_envs, *self.action_spec.shape):
             raise ValueError(f"action shape {tuple(action.shape)} != {(self.num_envs, *self.action_spec.shape)}")

@@ -1,7 +1,7 @@
 """A batched MuJoCo Panda tabletop env: the shared machinery of reach, push and pick.
 
     env = MujocoReachEnv(MujocoReachEnv.Config(), num_envs=64)
-    obs = env.reset(seed=0)            # state [N, 31], language [N, 64], images/<camera> with `cameras`
+    obs, info = env.reset(seed=0)            # state [N, 31], language [N, 64], images/<camera> with `cameras`
     obs, reward, terminated, truncated, info = env.step(action)     # action [N, 4] or [N, 8] in [-1, 1]
 
 Physics lives in one float64 array of MuJoCo full-physics states [N, nstate],
@@ -172,6 +172,7 @@ class MujocoArmEnv(VecEnv):
         if not config.goal_in_state:
             self.observation_spec["privileged"] = Spec((len(GOAL_ROWS),))
         size = config.image_size
+        self.metadata = {**self.metadata, "render_fps": 1.0 / config.control_dt}  # a frame per step, for RecordVideo
         for cam in config.cameras:
             self.observation_spec[f"images/{cam}"] = Spec((size, size, 3), torch.uint8)
             if config.depth:
@@ -182,13 +183,13 @@ class MujocoArmEnv(VecEnv):
 
     # --- the VecEnv verbs -------------------------------------------------
 
-    def reset(self, seed: int | None = None) -> TensorDict:
+    def _reset(self, seed: int | None, options: dict) -> tuple[TensorDict, dict]:
         if seed is not None:
             self.generator.manual_seed(seed)
         self._reset_envs(np.arange(self.num_envs))
-        return self._observe()
+        return self._observe(), {}
 
-    def step(self, action: torch.Tensor) -> StepResult:
+    def _step(self, action: torch.Tensor) -> StepResult:
         cfg = self.config
         if tuple(action.shape) != (self.num_envs, self.action_dim):
             raise ValueError(f"action shape {tuple(action.shape)} != ({self.num_envs}, {self.action_dim})")

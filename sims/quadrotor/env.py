@@ -143,7 +143,13 @@ class _QuadrotorEnv(VecEnv):
         self.action_spec = Spec((4,), torch.float32, -1.0, 1.0, meaning=Meaning.MOTOR_COMMAND)
         self._n_priv = PRIVILEGED.stop - PRIVILEGED.start
         self._obs_dim = self._OBS_DIM + (4 if config.obs_motor_estimate else 0) + (1 if config.obs_accelerometer else 0)
-        self.observation_spec = {keys.STATE: Spec((self._obs_dim,)), keys.PRIVILEGED: Spec((self._n_priv,))}
+        # state: unbounded, a free body's position and velocities (the crash limits bound them only up to the
+        # step that crosses them, whose final observation lies past). privileged: rotor speeds and randomized
+        # multipliers mapped to [-1, 1], fractions of the episode and of the task (a hover streak runs on past
+        # its hold steps); 0.01 leaves room for float rounding at the edges
+        progress = max(1.0, self._progress_max() / self._progress_norm())
+        privileged = Spec((self._n_priv,), low=-1.01, high=progress + 0.01)
+        self.observation_spec = {keys.STATE: Spec((self._obs_dim,)), keys.PRIVILEGED: privileged}
         mode = config.reset_mode
         self._indexed_reset = mode == "indexed" or (mode == "auto" and self.device.type == "cpu")
         n, dev = num_envs, self.device
@@ -195,6 +201,10 @@ class _QuadrotorEnv(VecEnv):
         """Scale of the PROGRESS row for obs["privileged"]."""
         raise NotImplementedError
 
+    def _progress_max(self) -> float:
+        """The largest value the PROGRESS row takes (the bound of obs["privileged"])."""
+        raise NotImplementedError
+
     def _task_weights(self, weights: list[float]) -> list[float]:
         """Complete the reward weights, one per feature row."""
         raise NotImplementedError
@@ -213,13 +223,13 @@ class _QuadrotorEnv(VecEnv):
         """Fill the task rows of obs [_OBS_DIM, k] for the envs in s [rows, k]."""
 
     # ---- contract ---------------------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> TensorDict:
+    def _reset(self, seed: int | None, options: dict) -> tuple[TensorDict, dict]:
         if seed is not None:
             self._gen.manual_seed(seed)
         self._s.copy_(self._sample(self.num_envs))
-        return self._observe()
+        return self._observe(), {}
 
-    def step(self, action: torch.Tensor) -> StepResult:
+    def _step(self, action: torch.Tensor) -> StepResult:
         if tuple(action.shape) != (self.num_envs, 4):
             raise ValueError(f"action must be [{self.num_envs}, 4], got {list(action.shape)}")
         a, t = self._action, self.params.hover_fraction**2  # t: hover thrust / max thrust
@@ -382,6 +392,9 @@ class QuadrotorHoverEnv(_QuadrotorEnv):
     def _progress_norm(self) -> float:
         return max(1, round(self.config.success_hold_s / self.config.dt))
 
+    def _progress_max(self) -> float:
+        return self.max_episode_steps  # the streak runs on past the hold steps, up to the episode's end
+
     def _task_weights(self, weights: list[float]) -> list[float]:
         weights[0] = -self.config.w_pos  # the norm |p| is the distance to the target at the origin
         return weights
@@ -447,6 +460,9 @@ class QuadrotorWaypointEnv(_QuadrotorEnv):
 
     def _progress_norm(self) -> float:
         return self.config.num_waypoints
+
+    def _progress_max(self) -> float:
+        return self.config.num_waypoints  # reaching the last one ends the episode
 
     def _task_weights(self, weights: list[float]) -> list[float]:
         c = self.config

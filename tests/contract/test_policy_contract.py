@@ -11,12 +11,13 @@ from embodied.runner.bc import ImitationConfig
 
 POLICIES = registry.names("policy")
 ENVS = registry.names("env")
+ENV_PARAMS = {"gym": {"id": "Pendulum-v1"}}  # env=gym has no task until env.id names one
 N = 6
 
 
 def build(policy_name, env_name):
     try:  # an env or policy whose optional backend is absent here skips, naming the extra
-        env = registry.build("env", env_name, {}, num_envs=N, device="cpu")
+        env = registry.build("env", env_name, ENV_PARAMS.get(env_name, {}), num_envs=N, device="cpu")
         policy = registry.build(
             "policy", policy_name, {}, observation_spec=env.observation_spec, action_spec=env.action_spec
         )
@@ -31,7 +32,7 @@ def test_act_and_evaluate_agree(policy_name, env_name):
     torch.manual_seed(0)
     env, policy = build(policy_name, env_name)
     assert isinstance(policy, Policy)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     out = policy.act(obs)
     assert out.action.shape == (N, *env.action_spec.shape)
     assert out.log_prob.shape == (N,) and out.value.shape == (N,)
@@ -48,7 +49,7 @@ def test_act_and_evaluate_agree(policy_name, env_name):
 def test_bc_loss_trains(policy_name, env_name):
     torch.manual_seed(0)
     env, policy = build(policy_name, env_name)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     target = torch.rand((N, *env.action_spec.shape)) * 2 - 1
     batch = TensorDict({keys.OBS: obs, keys.ACTION: target}, batch_size=[N])
     # the BC stage's own step (at 1e-2 the flow policy's loss rose on ManiSkill, whose 6 reset states differ by
@@ -75,7 +76,7 @@ def test_bc_loss_trains(policy_name, env_name):
 def test_weights_roundtrip_safetensors(policy_name, env_name, tmp_path):
     torch.manual_seed(0)
     env, policy = build(policy_name, env_name)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     policy.observe(obs)
     save_file({k: v.contiguous() for k, v in policy.state_dict().items()}, tmp_path / "w.safetensors")
     torch.manual_seed(1)

@@ -88,7 +88,7 @@ def test_drift_rule():
 
 def test_snapshot_rewind_restores_the_state_exactly():
     env = _arm(1)
-    obs0 = env.reset(seed=3)
+    obs0, _ = env.reset(seed=3)
     rewinder = SnapshotRewinder(horizon=5)
     rewinder.record(env)
     states = []

@@ -88,7 +88,7 @@ def test_classifier_finds_held_out_success_frames_and_ends_episodes_at_the_goal(
     env = registry.build("env", "arm_reach", {"hold_steps": 150, "max_episode_steps": 160}, num_envs=1)
     wrapped = ClassifierReward(env, loaded)
     expert = load_expert("arm_reach")
-    obs = wrapped.reset(seed=7)
+    obs, _ = wrapped.reset(seed=7)
     for _ in range(env.max_episode_steps):
         obs, reward, terminated, truncated, info = wrapped.step(expert(env))
         if bool(terminated[0] | truncated[0]):

@@ -83,7 +83,7 @@ def test_step_ratios_score_each_denoising_step(name):
     """step_ratios: log_prob [N, S] whose sum is the chain's joint log-prob under the same weights."""
     _, per_chain = build(name, {})
     env, per_step = build(name, {"step_ratios": True})
-    obs = env.reset(seed=1)
+    obs, _ = env.reset(seed=1)
     out = per_step.act(obs)
     assert out.log_prob.shape == (5, per_step.config.sample_steps)
     chain_log_prob, _, _ = per_chain.evaluate(obs, out.action, out.extras)  # build() seeds: identical weights
@@ -97,7 +97,7 @@ def test_step_ratios_score_each_denoising_step(name):
 @pytest.mark.parametrize("name,params", VARIANTS)
 def test_evaluate_reproduces_act_log_prob_on_the_stored_chain(name, params):
     env, policy = build(name, params)
-    obs = env.reset(seed=1)
+    obs, _ = env.reset(seed=1)
     out = policy.act(obs)
     chain = out.extras["chain"]
     assert chain.shape == (5, policy.config.sample_steps + 1, policy.config.horizon, 4)
@@ -115,7 +115,7 @@ def test_evaluate_reproduces_act_log_prob_on_the_stored_chain(name, params):
 
 def test_flow_noise_log_prob_is_the_joint_of_every_step():
     env, policy = build("flow", {"noise_method": "flow_noise"})
-    obs = env.reset(seed=2)
+    obs, _ = env.reset(seed=2)
     out = policy.act(obs)
     chain, cond = out.extras["chain"], policy.encoder(obs)
     total = torch.zeros(5)
@@ -128,8 +128,8 @@ def test_flow_noise_log_prob_is_the_joint_of_every_step():
 
 def test_flow_sde_has_one_stochastic_step():
     env, policy = build("flow", {"noise_method": "flow_sde"})
-    out = policy.act(env.reset(seed=3))
-    chain, index, cond = out.extras["chain"], out.extras["index"], policy.encoder(env.reset(seed=3))
+    out = policy.act(env.reset(seed=3)[0])
+    chain, index, cond = out.extras["chain"], out.extras["index"], policy.encoder(env.reset(seed=3)[0])
     for i in range(policy.config.sample_steps):
         ode, _ = policy._step(chain[:, i], torch.full((5,), i), cond, "ode")
         same = torch.isclose(ode, chain[:, i + 1], atol=1e-5).flatten(1).all(-1)
@@ -152,7 +152,7 @@ GOLDEN = {
 @pytest.mark.parametrize("name", ["diffusion", "flow"])
 def test_golden_outputs(name):
     env, policy = build(name, {})
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     action, last, log_prob = (torch.tensor(v) for v in GOLDEN[name])
     torch.testing.assert_close(policy.act(obs, deterministic=True).action[:2], action, atol=1e-4, rtol=1e-4)
     torch.manual_seed(5)
@@ -166,7 +166,7 @@ def test_consistency_sampler_acts_in_one_call():
     calls = []
     policy.student.register_forward_hook(lambda *a: calls.append(1))
     policy.denoiser.register_forward_hook(lambda *a: calls.append(10))
-    out = policy.act(env.reset(seed=0), deterministic=True)
+    out = policy.act(env.reset(seed=0)[0], deterministic=True)
     assert calls == [1] and out.action.shape == (5, 4)
 
 
@@ -179,11 +179,11 @@ def test_bad_config_names_the_key():
 
 def test_bc_needs_matching_chunks():
     env, policy = build("diffusion", {"horizon": 4})
-    batch = TensorDict({keys.OBS: env.reset(seed=0), keys.ACTION: torch.zeros(5, 3, 4)}, batch_size=[5])
+    batch = TensorDict({keys.OBS: env.reset(seed=0)[0], keys.ACTION: torch.zeros(5, 3, 4)}, batch_size=[5])
     with pytest.raises(ValueError, match="horizon"):
         policy.bc_loss(batch)
     with pytest.raises(ValueError, match="chain"):
-        policy.evaluate(env.reset(seed=0), torch.zeros(5, 4), {})
+        policy.evaluate(env.reset(seed=0)[0], torch.zeros(5, 4), {})
 
 
 def test_chunk_dataset_windows_and_padding():

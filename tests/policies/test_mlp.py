@@ -18,7 +18,7 @@ def blind_env(n=4):
 
 def moved_goal(env):
     """(obs, obs after moving every env's target 0.1 m along y) with nothing else changed."""
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     snapshot = env.get_state()
     snapshot["target"] = snapshot["target"] + torch.tensor([0.0, 0.1, 0.0], dtype=torch.float64)
     return obs, env.set_state(snapshot)
@@ -62,7 +62,7 @@ def test_actor_finds_the_goal_only_through_the_images():
 def test_symmetric_critic_shares_the_image_features():
     env = blind_env(2)
     policy = MLPPolicy(MLPConfig(images=True, image_pool="avg"), env.observation_spec, env.action_spec)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     torch.testing.assert_close(policy.value(obs), policy.act(obs).value)
     policy.value(obs).sum().backward()
     assert policy.image_encoder["front"].net[0].weight.grad.abs().sum() > 0
@@ -77,7 +77,7 @@ def test_images_without_cameras_is_an_error():
 def test_normalizer_stops_after_until_samples():
     env = blind_env(2)
     policy = MLPPolicy(MLPConfig(normalize_until=1), env.observation_spec, env.action_spec)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     policy.observe(obs)  # the first batch is taken whole
     frozen = {k: v.clone() for k, v in policy.state_dict().items() if "norm" in k}
     assert frozen["state_norm.count"] == 2

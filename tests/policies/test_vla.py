@@ -65,7 +65,7 @@ def test_bad_config_names_the_key():
 def test_golden_outputs():
     """Pinned for seed 0 with transformers 5.23's Llama init: a change here is a behaviour change."""
     env = arm(2)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     policy = policy_for(env, horizon=2)
     torch.nn.init.normal_(policy.value_head.weight, std=0.1)
     out = policy.act(obs, deterministic=True)
@@ -85,7 +85,7 @@ def test_golden_outputs():
 @pytest.mark.parametrize("backbone", ["llama", "gpt2"])
 def test_kv_cache_decoding_equals_full_sequence_decoding(backbone):
     env = arm(5)
-    obs = env.reset(seed=1)
+    obs, _ = env.reset(seed=1)
     cached = policy_for(env, backbone=backbone, horizon=3, use_cache=True)
     full = VLAPolicy(VLAConfig(backbone=backbone, horizon=3, use_cache=False), env.observation_spec, env.action_spec)
     full.load_state_dict(cached.state_dict())
@@ -100,7 +100,7 @@ def test_kv_cache_decoding_equals_full_sequence_decoding(backbone):
 
 def test_evaluate_reproduces_act_per_token_and_over_any_batch_shape():
     env = arm(6)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     policy = policy_for(env, horizon=3, temperature=1.5)
     torch.nn.init.normal_(policy.value_head.weight, std=0.1)
     out = policy.act(obs)
@@ -121,7 +121,7 @@ def test_evaluate_reproduces_act_per_token_and_over_any_batch_shape():
 
 def test_horizon_one_evaluates_an_action_without_extras():
     env = arm(4)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     policy = policy_for(env)
     out = policy.act(obs)
     log_prob, _, _ = policy.evaluate(obs, out.action, None)  # bin centres tokenize back to their bins
@@ -150,7 +150,7 @@ def test_image_observations_become_patch_tokens(vision):
 # --- checkpoints ------------------------------------------------------------------------------
 def test_openvla_style_directory_roundtrip(tmp_path):
     env = arm(3)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     policy = policy_for(env, horizon=2)
     policy.action_norm.scale.mul_(1.5)  # non-default normalizer statistics must travel too
     torch.nn.init.normal_(policy.value_head.weight, std=0.1)
@@ -185,7 +185,7 @@ def test_a_plain_causal_lm_directory_becomes_the_backbone(tmp_path):
     policy = VLAPolicy.from_pretrained(tmp_path, VLAConfig(), env.observation_spec, env.action_spec)
     assert policy.layout.first_action == 700 - 256
     torch.testing.assert_close(policy.lm.transformer.wte.weight, lm.transformer.wte.weight)
-    out = policy.act(env.reset(seed=0))
+    out = policy.act(env.reset(seed=0)[0])
     assert ((out.extras["tokens"] >= 444) & (out.extras["tokens"] < 700)).all()
     with pytest.raises(ValueError, match="observation_spec and action_spec"):
         VLAPolicy.from_pretrained(tmp_path)
@@ -241,7 +241,7 @@ def test_ppo_update_on_collector_rollouts_moves_log_probs_with_the_advantage():
 
 def test_token_ratios_score_each_action_token_and_the_mlp_critic_leaves_the_backbone_alone():
     env = arm(6)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     policy = policy_for(env, horizon=2, token_ratios=True, critic="mlp")
     out = policy.act(obs)
     assert out.log_prob.shape == (6, 2 * 4)

@@ -127,18 +127,18 @@ def test_balls_are_reachable_and_well_placed():
 
 def test_language_names_the_goal_and_varies():
     env = make(64)
-    texts = decode_text(env.reset(seed=2)["language"])
+    texts = decode_text(env.reset(seed=2)[0]["language"])
     phrasings = {t.format(c): c for t in TEMPLATES for c in COLORS}
     for text, goal in zip(texts, env.goal.tolist()):
         assert phrasings[text] == COLORS[goal]
     assert len(set(texts)) > 6  # several templates and colors across envs
     # a new episode (here: reset with another seed) draws new instructions
-    assert decode_text(env.reset(seed=3)["language"]) != texts
+    assert decode_text(env.reset(seed=3)[0]["language"]) != texts
 
 
 def test_observation_layout():
     env = make(8)
-    obs = env.reset(seed=4)
+    obs, _ = env.reset(seed=4)
     state = obs["state"]
     assert state.shape == (8, 26) and obs["privileged"].shape == (8, 10)
     ee, goal = env.ee_position, env.goal_position
@@ -149,7 +149,7 @@ def test_observation_layout():
     assert state[:, :4].abs().max() <= 1 and (state[:, 4:8] == 0).all()
     torch.testing.assert_close(obs["privileged"][:, 3] * kin.REACH, (goal - ee).norm(dim=-1))
     blind = make(8, goal_in_state=False)
-    assert blind.reset(seed=4)["state"].shape == (8, 20)
+    assert blind.reset(seed=4)[0]["state"].shape == (8, 20)
     assert blind.observation_spec["state"].shape == (20,)
 
 
@@ -192,7 +192,7 @@ def test_leaving_the_ball_resets_the_hold_counter():
 
 def test_time_limit_truncates_without_success():
     env = make(8, max_episode_steps=10)
-    obs = env.reset(seed=7)
+    obs, _ = env.reset(seed=7)
     zero = torch.zeros(8, 4)
     for _ in range(9):
         obs, _, terminated, truncated, info = env.step(zero)
@@ -209,10 +209,10 @@ def test_time_limit_truncates_without_success():
 
 def test_seeding_is_deterministic():
     a, b = make(16), make(16)
-    assert (a.reset(seed=11) == b.reset(seed=11)).all()
-    assert not torch.equal(a.reset(seed=12)["state"], b.reset(seed=11)["state"])
-    first = a.reset(seed=11)
-    assert (first == b.reset(seed=11)).all()
+    assert (a.reset(seed=11)[0] == b.reset(seed=11)[0]).all()
+    assert not torch.equal(a.reset(seed=12)[0]["state"], b.reset(seed=11)[0]["state"])
+    first, _ = a.reset(seed=11)
+    assert (first == b.reset(seed=11)[0]).all()
 
 
 def test_snapshot_restore_is_bit_identical_across_resets():

@@ -35,7 +35,7 @@ def test_fake_follows_vectask_semantics():
 
 def test_time_limit_is_truncation_and_reset_comes_next_step():
     env, task = make(max_episode_length=5, instruction="balance the pole")
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     assert decode_text(obs[keys.LANGUAGE]) == ["balance the pole"] * 4
     zero = torch.zeros(4, 1)
     for t in range(1, env.max_episode_steps + 1):
@@ -81,7 +81,7 @@ import isaacgym  # before torch, as Isaac Gym requires
 import torch
 from sims.isaacgym.env import IsaacGymEnv
 env = IsaacGymEnv(IsaacGymEnv.Config(task="Cartpole"), num_envs=64, device="cuda:0")
-obs = env.reset(seed=0)
+obs, _ = env.reset(seed=0)
 assert obs["state"].shape == (64, 4) and obs["state"].device.type == "cuda"
 ended = torch.zeros(64, dtype=torch.bool, device="cuda")
 for _ in range(env.max_episode_steps + 2):

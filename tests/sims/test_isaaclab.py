@@ -103,7 +103,7 @@ import torch
 from sims.isaaclab import IsaacLabEnv
 for task in ("Isaac-Cartpole-Direct-v0", "Isaac-Cartpole-v0"):
     env = IsaacLabEnv(IsaacLabEnv.Config(task=task), num_envs=64, device="cuda:0")
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     assert obs["state"].device.type == "cuda"
     ended = torch.zeros(64, dtype=torch.bool, device="cuda")
     for _ in range(env.max_episode_steps + 1):

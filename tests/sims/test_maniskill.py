@@ -37,7 +37,7 @@ def raw_env():
 def test_matches_raw_maniskill_step_for_step(state_env, raw_env):
     """Same seed and actions: our obs, rewards and flags are ManiSkill's, across an auto-reset."""
     env = state_env
-    obs = env.reset(seed=7)
+    obs, _ = env.reset(seed=7)
     raw_obs, _ = raw_env.reset(seed=7)
     assert torch.equal(obs[keys.STATE], raw_obs)
     assert torch.equal(obs[keys.PRIVILEGED], raw_env.unwrapped.get_state())
@@ -75,7 +75,7 @@ def test_success_terminates_and_keeps_final_obs(state_env):
 
 def test_rgb_maps_cameras_and_proprioception():
     env = ManiSkillEnv(ManiSkillEnv.Config(obs_mode="rgb", image_size=64), num_envs=1)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     raw = env.maniskill_envs[0].unwrapped.get_obs()
     image = obs[keys.IMAGES]["base_camera"]
     assert image.dtype == torch.uint8 and image.shape == (1, 64, 64, 3)
@@ -112,7 +112,7 @@ def test_bad_config_names_the_choices():
 def test_gpu_parallel_envs_pass_through_on_cuda():
     env = ManiSkillEnv(ManiSkillEnv.Config(), num_envs=16, device="cuda")
     assert env.sim_backend == "physx_cuda" and len(env.maniskill_envs) == 1
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     assert obs[keys.STATE].device.type == "cuda" and obs.batch_size == (16,)
     obs, reward, terminated, truncated, info = env.step(torch.zeros(16, *env.action_spec.shape, device="cuda"))
     assert reward.device.type == "cuda" and info["final_obs"].batch_size == (16,)

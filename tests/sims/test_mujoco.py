@@ -61,7 +61,7 @@ def test_rollout_and_thread_steppers_agree_bitwise():
 @pytest.mark.parametrize("control, dim", [("ee_delta", 4), ("joint_delta", 8)])
 def test_shapes_and_control_modes(control, dim):
     env = MujocoReachEnv(MujocoReachEnv.Config(control=control), num_envs=3)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     assert env.action_spec.shape == (dim,) and obs["state"].shape == (3, 31)
     before = obs["state"][:, 15:18].clone()
     action = torch.zeros(3, dim)
@@ -85,7 +85,7 @@ def test_scripted_experts_solve_the_tasks():
 
 def test_success_terminates_with_bonus_and_auto_resets():
     env = MujocoReachEnv(MujocoReachEnv.Config(), num_envs=4)
-    obs = env.reset(seed=3)
+    obs, _ = env.reset(seed=3)
     env.target[:2] = obs["state"][:2, 15:18].double().numpy()  # targets at the tcp of envs 0, 1
     obs, reward, terminated, truncated, info = env.step(torch.zeros(4, 4))
     assert info["success"].tolist() == [True, True, False, False]
@@ -143,7 +143,7 @@ def test_domain_randomization_changes_parameters_and_images():
 @pytest.mark.parametrize("size", [64, 128])
 def test_cameras_render_rgb_and_depth(size):
     env = MujocoReachEnv(MujocoReachEnv.Config(cameras=("front", "wrist"), image_size=size, depth=True), num_envs=2)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     for cam in ("front", "wrist"):
         rgb, depth = obs["images"][cam], obs["depth"][cam]
         assert rgb.shape == (2, size, size, 3) and rgb.dtype == torch.uint8
@@ -158,9 +158,9 @@ def test_cameras_render_rgb_and_depth(size):
 
 def test_seeding_language_and_bad_config():
     a, b = MujocoPickEnv(MujocoPickEnv.Config(), num_envs=4), MujocoPickEnv(MujocoPickEnv.Config(), num_envs=4)
-    assert (a.reset(seed=7) == b.reset(seed=7)).all()
-    assert not torch.equal(a.reset(seed=8)["state"], b.reset(seed=7)["state"])
-    assert all("cube" in t or "block" in t for t in decode_text(a.reset(seed=0)["language"]))
+    assert (a.reset(seed=7)[0] == b.reset(seed=7)[0]).all()
+    assert not torch.equal(a.reset(seed=8)[0]["state"], b.reset(seed=7)[0]["state"])
+    assert all("cube" in t or "block" in t for t in decode_text(a.reset(seed=0)[0]["language"]))
     with pytest.raises(ConfigError, match="valid choices: front, wrist"):
         MujocoReachEnv.Config(cameras=("top",))
     with pytest.raises(ConfigError, match="multiple of the physics timestep"):
@@ -170,7 +170,7 @@ def test_seeding_language_and_bad_config():
 def test_goal_rows_move_to_privileged_and_full_state_puts_them_back():
     hidden = MujocoPushEnv(MujocoPushEnv.Config(goal_in_state=False), 3)
     shown = MujocoPushEnv(MujocoPushEnv.Config(), 3)
-    obs, full = hidden.reset(seed=4), shown.reset(seed=4)
+    obs, full = hidden.reset(seed=4)[0], shown.reset(seed=4)[0]
     assert obs["state"].shape == (3, 25) and obs["privileged"].shape == (3, 6)
     assert torch.equal(hidden.full_state(obs), full["state"]) and torch.equal(full["state"], hidden.observe_state())
     assert shown.full_state(full) is full["state"]

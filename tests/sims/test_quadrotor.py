@@ -99,7 +99,7 @@ def test_motor_lag_reaches_63_percent_after_one_time_constant():
 def test_randomized_parameters_lie_in_range_and_differ_per_env():
     config = HoverConfig(dr_mass=0.2, dr_thrust=0.1, dr_motor_tau=0.3)
     env = QuadrotorHoverEnv(config, num_envs=2000)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     scale = env.get_state()["dr_scale"]
     for i, r in enumerate([0.2, 0.1, 0.3]):
         assert scale[:, i].min() >= 1 - r and scale[:, i].max() <= 1 + r
@@ -107,14 +107,14 @@ def test_randomized_parameters_lie_in_range_and_differ_per_env():
     assert scale.unique(dim=0).shape[0] == 2000
     torch.testing.assert_close(obs["privileged"][:, 4:7], (scale - 1) / torch.tensor([0.2, 0.1, 0.3]))
     # and a fresh draw on every reset
-    assert not torch.equal(env.reset()["privileged"][:, 4:7], obs["privileged"][:, 4:7])
+    assert not torch.equal(env.reset()[0]["privileged"][:, 4:7], obs["privileged"][:, 4:7])
     fixed = QuadrotorHoverEnv(HoverConfig(**NO_DR), num_envs=8)
     assert torch.equal(fixed.get_state()["dr_scale"], torch.ones(8, 3))
 
 
 def test_initial_states_respect_the_configured_ranges():
     env = QuadrotorHoverEnv(HoverConfig(init_max_tilt_deg=20.0), num_envs=2000)
-    obs = env.reset(seed=1)["state"]
+    obs = env.reset(seed=1)[0]["state"]
     assert obs[:, 0:6].abs().max() <= 0.5 and obs[:, 6:9].abs().max() <= 1.0
     tilt = torch.rad2deg(torch.acos(obs[:, 17].clamp(-1, 1)))  # R_zz = cos(tilt)
     assert tilt.max() <= 20.0 + 1e-3 and tilt.max() > 19.0
@@ -122,11 +122,11 @@ def test_initial_states_respect_the_configured_ranges():
 
 def test_same_seed_same_observations_different_seed_different():
     a, b = QuadrotorHoverEnv(HoverConfig(), 16), QuadrotorHoverEnv(HoverConfig(), 16)
-    assert torch.equal(a.reset(seed=3)["state"], b.reset(seed=3)["state"])
+    assert torch.equal(a.reset(seed=3)[0]["state"], b.reset(seed=3)[0]["state"])
     actions = 0.5 * torch.randn(20, 16, 4)
     for act in actions:
         assert torch.equal(a.step(act)[0]["state"], b.step(act)[0]["state"])
-    assert not torch.allclose(a.reset(seed=3)["state"], b.reset(seed=4)["state"])
+    assert not torch.allclose(a.reset(seed=3)[0]["state"], b.reset(seed=4)[0]["state"])
 
 
 # ---- contract -------------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def test_auto_reset_returns_final_and_fresh_observations(mode):
 
 def test_specs_and_output_types():
     env = QuadrotorWaypointEnv(WaypointConfig(), 5)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     for key, spec in env.observation_spec.items():
         assert spec.contains(obs[key]) and obs[key].is_contiguous()
     assert env.action_spec.shape == (4,) and (env.action_spec.low, env.action_spec.high) == (-1.0, 1.0)
@@ -291,7 +291,7 @@ def test_accelerometer_reads_thrust_over_mass_and_reveals_the_thrust_to_weight_r
     (plus g, for a level vehicle) at any motor speed."""
     env = QuadrotorHoverEnv(HoverConfig(obs_accelerometer=True, obs_motor_estimate=True, max_pos=10.0), 64)
     assert env.observation_spec["state"].shape == (27,)
-    obs = env.reset(seed=0)
+    obs, _ = env.reset(seed=0)
     dr = env.get_state()["dr_scale"]
     torch.testing.assert_close(obs["state"][:, 26], dr[:, 1] / dr[:, 0] - 1)  # rotors start at nominal hover speed
     level_hover(env)
