@@ -16,7 +16,8 @@ the failure key ends it with reward 0 (HIL-SERL's sparse reward from the operato
 is appended to the episode store `<store>/episodes.zarr` with `is_intervention`, the policy's
 proposal, `rewound` (rows a rewind abandoned; kept, nothing is deleted), `correction` (operator
 rows after a rewind: RaC's correction segment) and the episode's `label` (1 success, 0 failure,
--1 none). Learner: `local` trains in a thread of this process, a `tcp://` address streams to `python -m embodied.hil.learner`
+-1 none). The learner gets a row once no rewind can undo it (`rewind_steps` later, or at the episode's end), so
+rows a rewind abandons are never trained on as the policy's behaviour. Learner: `local` trains in a thread of this process, a `tcp://` address streams to `python -m embodied.hil.learner`
 (CURVE keys from `embodied keys`, `--keys DIR`; `--insecure` for plaintext on loopback only), and
 when that learner is lost the actor keeps its last weights (`on_learner_lost=continue`) or holds
 the robot still (`hold`, zero action) until it is back; transitions are buffered and resent.
@@ -244,7 +245,10 @@ def run_session(path: Path, settings: SessionSettings) -> list[dict[str, Any]]:
 
 
 def _run_episode(actor, env, rewinder, learning, store, settings, episode, status) -> tuple[dict, bool]:
+    """One episode. A row goes to the learner only once no rewind can undo it (more than `rewind_steps` steps of the
+    current path after it, or the episode's end): rows a rewind abandons never train as the policy's behaviour."""
     rows, label, quit_, rewinds, after_rewind = [], NO_LABEL, False, 0, False
+    held: list[dict] = []  # the current path's last rows, not yet sent: a rewind may still undo them
     rewinder.clear()
     rewinder.record(env)
     for step in range(settings.steps):
@@ -260,16 +264,18 @@ def _run_episode(actor, env, rewinder, learning, store, settings, episode, statu
             row[keys.REWARD] = torch.full_like(row[keys.REWARD], float(label == SUCCESS_LABEL))
             row[keys.TERMINATED] = torch.ones_like(row[keys.TERMINATED])
         human = bool(row[keys.IS_INTERVENTION][0])
-        record = {"row": row, "rewound": False, "correction": human and after_rewind}
+        record = {"row": row, "rewound": False, "correction": human and after_rewind, "learn": not hold}
         rows.append(record)
-        if not hold:
-            learning.add(row)
+        held.append(record)
         if "rewind" in events and rewinder.available():
             n = min(settings.rewind_steps, rewinder.available())
             actor.obs, _segment = rewinder.rewind(env, n)
-            for r in rows[-n:]:
+            for r in held[-n:]:  # the last n steps of the current path (never rows an earlier rewind abandoned)
                 r["rewound"] = True
+            del held[-n:]
             rewinds, after_rewind = rewinds + 1, True
+        while len(held) > settings.rewind_steps:
+            _send(learning, held.pop(0))
         status.update(episode, step, rows, learning, rewinds, hold)
         if "quit" in events:
             quit_ = True
@@ -277,11 +283,18 @@ def _run_episode(actor, env, rewinder, learning, store, settings, episode, statu
             break
     if label == NO_LABEL and bool(row[keys.SUCCESS][0]):
         label = SUCCESS_LABEL  # a simulator knows its success criterion; a robot needs the key
+    for record in held:  # the episode is over: nothing can undo these any more
+        _send(learning, record)
     _store_episode(store, rows, label)
     actor.reset()  # the next episode starts from the robot's present state (a robot is not teleported)
     flags = [bool(r["row"][keys.IS_INTERVENTION][0]) for r in rows]
     return {"episode": episode, "steps": len(rows), "label": label, "intervention_rate": float(np.mean(flags)),
             "rewinds": rewinds, **{f"learner/{k}": v for k, v in learning.stats().items()}}, quit_  # fmt: skip
+
+
+def _send(learning, record: dict) -> None:
+    if record["learn"]:  # rows acted while the robot was held for a lost learner are stored, not learned from
+        learning.add(record["row"])
 
 
 def _store_episode(store, rows: list[dict], label: int) -> None:

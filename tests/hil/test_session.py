@@ -159,3 +159,46 @@ def test_a_watchdog_hold_between_episodes_does_not_end_the_next_one(ckpt, tmp_pa
     for i in range(3):
         episode = reader.episode(i)
         assert len(episode[keys.ACTION]) == 4 and not bool(episode[keys.TERMINATED].any()), i
+
+
+def test_rewound_rows_never_reach_the_learner(tmp_path):
+    """A rewind abandons the last steps of the path; those rows are stored (flagged `rewound`) but must never be
+    trained on as the policy's behaviour, even though the learner streams rows live. Rewinds at steps 6, 8 and 13 with
+    rewind_steps=3: 3 rows, then 2 (only two steps since the first rewind's restore point), then 3."""
+    from embodied import registry
+    from embodied.hil.intervention import InterventionActor
+    from embodied.hil.rewind import SnapshotRewinder
+    from embodied.hil.session import SessionSettings, _Learning, _run_episode, _Status
+
+    class Presses:  # the keyboard's `b` at given steps, the policy acting otherwise
+        def __init__(self, at):
+            self.at, self.t = at, 0
+
+        def command(self, obs, num_envs=1):
+            self.t += 1
+            return torch.zeros(num_envs, 4), torch.zeros(num_envs, dtype=torch.bool), ["rewind"] * (self.t in self.at)
+
+        def episode_start(self, mask=None):
+            pass
+
+    class Sink(_Learning):  # the learner's inlet as `_run_episode` feeds it, recorded
+        def __init__(self):
+            self.added, self.learner, self.link, self.policy = [], None, None, policy
+
+        def add(self, row):
+            self.added.append(row[keys.OBS][keys.STATE][0].clone())
+
+    env = registry.build("env", "arm_reach", {}, num_envs=1)
+    policy = registry.build("policy", "mlp", {}, observation_spec=env.observation_spec, action_spec=env.action_spec)
+    settings = SessionSettings(steps=20, rewind_steps=3)
+    actor, sink = InterventionActor(env, policy, Presses({6, 8, 13})), Sink()
+    actor.reset(seed=0)
+    with EpisodeStore(tmp_path / "episodes.zarr", mode="w") as store:
+        summary, _ = _run_episode(actor, env, SnapshotRewinder(3), sink, store, settings, 0, _Status(False))
+        episode = store.episode(0)
+    assert summary["rewinds"] == 3
+    rewound = episode["rewound"].bool()
+    states = episode[keys.OBS][keys.STATE]
+    assert int(rewound.sum()) == 3 + 2 + 3 and len(sink.added) == len(states) - 8
+    # exactly the rows left on the path reached the learner, once each and in order
+    assert all(torch.equal(a, b) for a, b in zip(sink.added, states[~rewound], strict=True))
