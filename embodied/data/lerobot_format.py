@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,11 +92,22 @@ def read_info(root: Path) -> dict:
 
 
 def _read_parquets(root: Path, pattern: str):
+    """The files matching `pattern` as one table, joined by column name: LeRobot's writer orders the
+    episode-metadata columns otherwise than exporters before ours did (a dataset we exported and
+    LeRobot's `resume` extended holds both orders), and `concat_tables` alone joins by position."""
     _, pa = _require()
     files = sorted(Path(root).glob(pattern))
     if not files:
         raise FileNotFoundError(f"{root}: no files match {pattern}")
-    return pa.concat_tables([pa.parquet.read_table(f) for f in files])
+    tables = [pa.parquet.read_table(f) for f in files]
+    names = tables[0].column_names
+    for f, table in zip(files[1:], tables[1:]):
+        missing, extra = sorted(set(names) - set(table.column_names)), sorted(set(table.column_names) - set(names))
+        if missing or extra:
+            raise ValueError(f"{f}: its columns differ from those of {files[0]}: "
+                             f"missing {missing or 'none'}, extra {extra or 'none'}")
+    # permissive: a column typed int64 in one file and double in another (from_pydict of other values) joins
+    return pa.concat_tables([t.select(names) for t in tables], promote_options="permissive")
 
 
 def read_tasks(root: Path) -> dict[int, str]:
@@ -136,11 +148,13 @@ class _VideoCursor:
         return np.stack(out)
 
 
-def import_lerobot(root: str | Path, store_path: str | Path, max_language_bytes: int = 128) -> EpisodeStore:
+def import_lerobot(root: str | Path, store_path: str | Path, max_language_bytes: int = 128,
+                   progress: bool = False) -> EpisodeStore:
     """Read a LeRobot v3.0 dataset into a new episode store (one committed episode per LeRobot
     episode) and return it opened for reading. Every feature's shape and dtype is checked against
     meta/info.json. The store is built in a hidden sibling directory and renamed into place only
-    when complete, so a failed import leaves nothing behind and can simply be run again."""
+    when complete, so a failed import leaves nothing behind and can simply be run again.
+    `progress`: a bar over the episodes on a terminal."""
     av, pa = _require()
     root, store_path = Path(root), Path(store_path)
     info = read_info(root)
@@ -148,7 +162,7 @@ def import_lerobot(root: str | Path, store_path: str | Path, max_language_bytes:
         raise FileExistsError(f"import_lerobot: {store_path} already holds an episode store; choose a new path")
     reader = _DatasetReader(av, pa, root, info, max_language_bytes)
     with _staged(store_path, "import_lerobot") as tmp, EpisodeStore(tmp, mode="w") as store:
-        for i in reader.order:
+        for i in progress_bar(reader.order, len(reader.order), "import", progress):
             store.append_episode(reader.episode(i))
         store.set_attrs(fps=reader.fps, robot_type=info.get("robot_type"),
                         source=f"lerobot {info['codebase_version']}", lerobot_features=reader.features)
@@ -297,11 +311,11 @@ def _decode_image(av, data: bytes) -> np.ndarray:
 
 
 def export_lerobot(store: EpisodeStore, root: str | Path, fps: float | None = None, robot_type: str | None = None,
-                   default_task: str = "", vcodec: str = VIDEO_CODEC) -> Path:
+                   default_task: str = "", vcodec: str = VIDEO_CODEC, progress: bool = False) -> Path:
     """Write the store's committed episodes as a LeRobot v3.0 dataset at `root`. Everything goes in
     one data file and one mp4 per camera (LeRobot's 100/200 MB per-file limits are not applied; its
     reader takes any size). Tasks come from `obs/language` when the store has it, else `default_task`.
-    Like the import, the dataset appears at `root` only when complete."""
+    Like the import, the dataset appears at `root` only when complete. `progress`: a bar on a terminal."""
     from embodied.data.lerobot_writer import write_dataset
 
     fps = fps or store.attrs.get("fps")
@@ -310,8 +324,18 @@ def export_lerobot(store: EpisodeStore, root: str | Path, fps: float | None = No
     if int(fps) != fps:
         raise ValueError(f"LeRobot stores fps as an integer; got {fps}")
     with _staged(Path(root), "export_lerobot") as tmp:
-        write_dataset(store, tmp, int(fps), robot_type, default_task, vcodec)
+        write_dataset(store, tmp, int(fps), robot_type, default_task, vcodec, progress)
     return Path(root)
+
+
+def progress_bar(items, total: int, what: str, show: bool):
+    """`items`, with a bar over them on stderr when `show` and stderr is a terminal."""
+    if not (show and sys.stderr.isatty()):
+        return items
+    from rich.console import Console
+    from rich.progress import track
+
+    return track(items, total=total, description=what, console=Console(stderr=True), transient=True)
 
 
 def iter_episodes(store: EpisodeStore) -> Iterator[tuple[int, dict[str, np.ndarray]]]:

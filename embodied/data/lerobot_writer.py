@@ -2,7 +2,11 @@
 
 Column types follow what LeRobot 0.6.1's own writer produces: vectors as fixed-size lists, shape (1,)
 features as plain columns, one parquet row group per episode, `tasks.parquet` with pandas metadata
-that makes `task` the index (LeRobot reads it with `pandas.read_parquet`).
+that makes `task` the index (LeRobot reads it with `pandas.read_parquet`). The episode-metadata
+columns come in LeRobot's order (`DatasetMetadata.save_episode`, `dataset_metadata.py` v0.6.1):
+episode_index, tasks, length, data/{chunk,file}_index, dataset_{from,to}_index, videos/<key>/...,
+stats/<feature>/<stat> in info.json's feature order, meta/episodes/{chunk,file}_index; so the file
+LeRobot's `resume` + `save_episode` adds beside ours has our columns in our order.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from embodied.data.lerobot_format import (
     episode_stats,
     iter_episodes,
     lerobot_key,
+    progress_bar,
     quiet_svt,
 )
 from embodied.data.store import EpisodeStore
@@ -66,7 +71,7 @@ def _tasks_table(pa, tasks: list[str]):
 
 
 def write_dataset(store: EpisodeStore, root: Path, fps: int, robot_type: str | None, default_task: str,
-                  vcodec: str) -> Path:
+                  vcodec: str, progress: bool = False) -> Path:
     av, pa = _require()
     quiet_svt()
     if store.num_episodes == 0:
@@ -104,7 +109,7 @@ def write_dataset(store: EpisodeStore, root: Path, fps: int, robot_type: str | N
     tasks: dict[str, int] = {}
     episode_rows, all_stats = [], []
     writer, offset = None, 0
-    for e, ep in iter_episodes(store):
+    for e, ep in progress_bar(iter_episodes(store), store.num_episodes, "export", progress):
         n = len(next(iter(ep.values())))
         texts = [bytes(r).rstrip(b"\0").decode("utf-8") for r in ep[LANGUAGE]] if LANGUAGE in ep else [default_task] * n
         task_index = np.array([tasks.setdefault(t, len(tasks)) for t in texts], np.int64)
@@ -135,10 +140,10 @@ def write_dataset(store: EpisodeStore, root: Path, fps: int, robot_type: str | N
             row.update({f"videos/{lerobot_key(k)}/chunk_index": 0, f"videos/{lerobot_key(k)}/file_index": 0,
                         f"videos/{lerobot_key(k)}/from_timestamp": offset / fps,
                         f"videos/{lerobot_key(k)}/to_timestamp": (offset + n) / fps})
-        row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
-        for feature, st in stats.items():
-            for name, v in st.items():
+        for feature in features:  # LeRobot's column order (see the module docstring)
+            for name, v in stats[feature].items():
                 row[f"stats/{feature}/{name}"] = np.asarray(v).tolist()
+        row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
         episode_rows.append(row)
         all_stats.append(stats)
         offset += n

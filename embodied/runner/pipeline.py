@@ -12,7 +12,8 @@ policy, so weights flow from imitation to offline RL (`pipeline.offline.algo`:
 Cal-QL or IQL) to online RL (the run's `algo`: SAC or RLPD; WSRL is the online
 stage with `offline_fraction: 0` and `warmup_steps > 0`; an on-policy algo, `algo=ppo`
 with `policy=mlp`, fine-tunes through the ordinary `Trainer` loop in `online/`). Demonstrations come
-from the env's scripted expert (`embodied.demos.EXPERTS`), regenerated from the run's seed, so
+from `data=` (episode stores: a correction session's, a recording, an import; embodied/data/sources.py)
+or from the env's scripted expert (`embodied.demos.EXPERTS`), regenerated from the run's seed, so
 a resumed run sees the same data.
 """
 
@@ -33,6 +34,7 @@ from embodied.algorithms.advantages import discounted_returns
 from embodied.algorithms.sac import check_actor_critic
 from embodied.config import ConfigError, build_config, check
 from embodied.data.replay import MixedSampler, ReplayBuffer
+from embodied.data.sources import load_transitions
 from embodied.demos import EXPERTS, load_expert
 from embodied.device import resolve_device
 from embodied.runner import checkpoint
@@ -124,9 +126,15 @@ class Pipeline:
         self.cfg = build_config(PipelineConfig, config.get("pipeline") or {}, "pipeline")
         self.train_cfg = build_config(TrainConfig, config["train"], "train")
         check(isinstance(config["seed"], int), f"seed={config['seed']!r} must be an int")
+        data = config.get("data") or []
+        self.data = [data] if isinstance(data, str) else list(data)  # episode stores: the demos instead of an expert
+        check(not (self.data and self.cfg.demos.episodes),
+              "data= and pipeline.demos.episodes > 0 both give demonstrations: set pipeline.demos.episodes=0 to "
+              "train from data=")  # fmt: skip
         if self.cfg.bc.updates or self.cfg.offline.updates or self.cfg.online.offline_fraction:
-            check(self.cfg.demos.episodes > 0, "pipeline.bc / pipeline.offline / online.offline_fraction > 0 need "
-                                               "demonstrations: set pipeline.demos.episodes > 0")
+            check(self.cfg.demos.episodes > 0 or bool(self.data),
+                  "pipeline.bc / pipeline.offline / online.offline_fraction > 0 need demonstrations: "
+                  "data=<episode store> or pipeline.demos.episodes > 0 (the scripted expert)")
         if self.cfg.demos.episodes and config["env"]["name"] not in EXPERTS:
             raise ConfigError(f"pipeline.demos: env {config['env']['name']!r} has no scripted expert; "
                               f"envs with one: {', '.join(sorted(EXPERTS))}")
@@ -174,7 +182,7 @@ class Pipeline:
         if not config_path.exists():
             config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
         start = time.perf_counter()
-        demos = self.make_demos() if self.cfg.demos.episodes else None
+        demos = self.make_demos() if self.cfg.demos.episodes or self.data else None
         todo = {"bc": self.cfg.bc.updates, "offline": self.cfg.offline.updates, "online": self.train_cfg.total_env_steps}
         online_steps = 0
         for index, stage in enumerate(STAGES):
@@ -204,11 +212,15 @@ class Pipeline:
         return summary
 
     def make_demos(self) -> TensorDict:
+        gamma = float(self.offline_algo_params.get("gamma", 0.99))
+        if self.data:
+            demos = load_transitions(self.data, self.env.observation_spec, self.env.action_spec, gamma)
+            print(f"data: {demos.numel():,} transitions from {', '.join(map(str, self.data))}", flush=True)
+            return demos.to(self.device)
         cfg = self.cfg.demos
         expert = load_expert(self.config["env"]["name"])
         env = make_env(self.config, cfg.episodes, self.device)
         obs, _ = env.reset(seed=self.config["seed"] + 2_000_003)  # demo episodes differ from train and eval ones
-        gamma = float(self.offline_algo_params.get("gamma", 0.99))
         return collect_demos(env, obs, expert, cfg.action_noise, gamma, torch.Generator().manual_seed(self.config["seed"]))
 
     def run_bc(self, demos: TensorDict) -> None:

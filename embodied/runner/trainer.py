@@ -104,6 +104,8 @@ class Trainer:
         self.config = config
         self.run_dir = Path(run_dir)
         self.cfg = build_config(TrainConfig, config["train"], "train")
+        check(not config.get("data"), f"data={config.get('data')} feeds a pipeline's stages (bc, offline, online "
+              "mixing); this run has none: use an experiment with a `pipeline` section, e.g. experiment=arm_reach_o2o")
         check(isinstance(config["seed"], int), f"seed={config['seed']!r} must be an int")
         torch.set_num_threads(int(config["threads"]))
         torch.manual_seed(config["seed"])

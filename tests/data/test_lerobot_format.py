@@ -85,3 +85,93 @@ def test_key_mapping_and_errors(tmp_path):
     store.append_episode(episode(0))
     with pytest.raises(ValueError, match="needs fps"):
         export_lerobot(store, tmp_path / "out")
+
+
+STATS = ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")
+
+
+def lerobot_episode_columns(info: dict) -> list[str]:
+    """The meta/episodes columns in the order LeRobot 0.6.1 writes them (`DatasetMetadata.save_episode`:
+    its episode dict, then the data and video metadata, then the flattened stats, then
+    `_save_episode_metadata` adds meta/episodes/{chunk,file}_index)."""
+    videos = [k for k, ft in info["features"].items() if ft["dtype"] == "video"]
+    return ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
+            "dataset_to_index",
+            *[f"videos/{k}/{x}" for k in videos
+              for x in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")],
+            *[f"stats/{k}/{s}" for k in info["features"] for s in STATS],
+            "meta/episodes/chunk_index", "meta/episodes/file_index"]
+
+
+def test_export_writes_lerobots_episode_column_order(exported):
+    import pyarrow.parquet as pq
+
+    _, root = exported
+    columns = pq.read_table(root / "export/meta/episodes/chunk-000/file-000.parquet").column_names
+    assert columns == lerobot_episode_columns(read_info(root / "export"))
+
+
+def resume_like_lerobot(root, copy_of: int, drop: str | None = None) -> None:
+    """Add one episode to an exported dataset as LeRobot's `resume` + `save_episode` does: a new data
+    file and a new meta/episodes file (file-001) whose columns come in LeRobot's order. The first
+    episodes file is rewritten in the order exporters before LeRobot's order wrote (meta/episodes
+    indices before the stats). The new episode repeats episode `copy_of`'s frames."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    info = read_info(root)
+    episodes_path = root / "meta/episodes/chunk-000/file-000.parquet"
+    episodes = pq.read_table(episodes_path)
+    meta = ["meta/episodes/chunk_index", "meta/episodes/file_index"]
+    old_order = [c for c in episodes.column_names if not c.startswith("stats/") and c not in meta] + meta + \
+        [c for c in episodes.column_names if c.startswith("stats/")]
+    pq.write_table(episodes.select(old_order), episodes_path)
+
+    data = pq.read_table(root / "data/chunk-000/file-000.parquet")
+    frames = data.filter(pc.equal(data.column("episode_index"), copy_of))
+    n, new, offset = frames.num_rows, info["total_episodes"], info["total_frames"]
+    frames = frames.set_column(frames.schema.get_field_index("episode_index"), "episode_index",
+                               pa.array(np.full(n, new, np.int64)))
+    frames = frames.set_column(frames.schema.get_field_index("index"), "index",
+                               pa.array(np.arange(offset, offset + n, dtype=np.int64)))
+    pq.write_table(frames, root / "data/chunk-000/file-001.parquet")
+
+    row = {k: v[copy_of] for k, v in episodes.to_pydict().items()}
+    row.update({"episode_index": new, "data/file_index": 1, "dataset_from_index": offset,
+                "dataset_to_index": offset + n, "meta/episodes/file_index": 1})
+    columns = [c for c in lerobot_episode_columns(info) if c != drop]
+    pq.write_table(pa.Table.from_pydict({c: [row[c]] for c in columns}),
+                   root / "meta/episodes/chunk-000/file-001.parquet")
+    info.update(total_episodes=new + 1, total_frames=offset + n, splits={"train": f"0:{new + 1}"})
+    (root / "meta/info.json").write_text(json.dumps(info, indent=4))
+
+
+@pytest.fixture
+def no_video_export(tmp_path):
+    store = EpisodeStore(tmp_path / "s.zarr", mode="a")
+    for i in range(3):
+        store.append_episode({k: v for k, v in episode(i).items() if k != "obs/images/cam"})
+    store.set_attrs(fps=10)
+    return store, export_lerobot(store, tmp_path / "export")
+
+
+def test_dataset_resumed_by_lerobot_imports_every_episode(no_video_export, tmp_path):
+    store, root = no_video_export
+    resume_like_lerobot(root, copy_of=1)
+    back = import_lerobot(root, tmp_path / "back.zarr")
+    assert back.num_episodes == 4
+    for k in ["obs/state", "action", "reward", "terminated", "is_intervention"]:
+        for e in range(3):
+            assert np.array_equal(back.read(k, *back.episode_range(e)), store.read(k, *store.episode_range(e))), k
+        assert np.array_equal(back.read(k, *back.episode_range(3)), store.read(k, *store.episode_range(1))), k
+    texts = [bytes(r).rstrip(b"\0").decode() for r in back.read("obs/language", *back.episode_range(3))]
+    assert set(texts) == {"episode 1"}
+
+
+def test_episodes_file_with_a_missing_column_is_named(no_video_export, tmp_path):
+    _, root = no_video_export
+    resume_like_lerobot(root, copy_of=0, drop="stats/action/q99")
+    with pytest.raises(ValueError, match=r"file-001\.parquet: .*missing \['stats/action/q99'\], extra none"):
+        import_lerobot(root, tmp_path / "back.zarr")
+    assert not (tmp_path / "back.zarr").exists()
