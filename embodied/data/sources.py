@@ -4,7 +4,8 @@ scripted demonstrations.
     demos = load_transitions(["corrections/episodes.zarr"], env.observation_spec, env.action_spec, gamma=0.99)
     # TensorDict [M]: obs/<k>, next_obs/<k>, action, reward, terminated, truncated, mc_return (+ is_intervention)
 
-A store is ours (`embodied correct`, `embodied record`, an import from LeRobot): rows `obs/<key>` for every key of
+A source is one of our stores (`embodied correct`, `embodied data import`) or a LeRobot v3 dataset directory
+(imported once into a cached store; `observation.state` -> `obs/state`, ...: embodied/data/lerobot_format.py). Rows: `obs/<key>` for every key of
 the env's observation spec, `action`, `reward`, `terminated`, `truncated`, optionally `next_obs/<key>` (else the
 next row's observation; an episode's last row then ends truncated on its own observation). Rows a rewind abandoned
 (`rewound`, correction sessions) are left out: they are not the behaviour anybody chose to keep.
@@ -12,6 +13,8 @@ next row's observation; an episode's last row then ends truncated on its own obs
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -24,16 +27,31 @@ from embodied.config import ConfigError
 from embodied.data.store import EpisodeStore
 from embodied.specs import Spec
 
-REQUIRED = (keys.ACTION, keys.REWARD, keys.TERMINATED, keys.TRUNCATED)
+REQUIRED = (keys.ACTION, keys.REWARD, keys.TERMINATED)  # `truncated` optional: a LeRobot dataset has none
 
 
-def store_path(path: str | Path) -> Path:
-    """A store directory, or the folder a session wrote it into (`corrections/` -> `corrections/episodes.zarr`)."""
+def store_path(path: str | Path, language_bytes: int = 128) -> Path:
+    """A store directory, the folder a session wrote it into (`corrections/` -> `corrections/episodes.zarr`), or a
+    LeRobot v3 dataset, imported once into a store in the cache (`$EMBODIED_CACHE`, default ~/.cache/embodied) and
+    reused while the dataset's files are unchanged."""
     path = Path(path)
     if (path / "episodes.zarr").is_dir():
         return path / "episodes.zarr"
+    if (path / "meta" / "info.json").is_file():
+        from embodied.data.lerobot_format import import_lerobot
+
+        files = sorted(f for f in path.rglob("*") if f.is_file())
+        stamp = hashlib.sha256(repr([(str(f.relative_to(path)), f.stat().st_size, f.stat().st_mtime_ns)
+                                     for f in files] + [str(path.resolve()), language_bytes]).encode()).hexdigest()[:16]
+        cached = Path(os.environ.get("EMBODIED_CACHE", Path.home() / ".cache" / "embodied")) / "lerobot" / \
+            f"{path.resolve().name}-{stamp}.zarr"
+        if not (cached / "zarr.json").exists():
+            print(f"data: importing the LeRobot dataset {path} into {cached} (once)", flush=True)
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            import_lerobot(path, cached, max_language_bytes=language_bytes, progress=True).close()
+        return cached
     if not path.is_dir():
-        raise FileNotFoundError(f"data={path}: no episode store there")
+        raise FileNotFoundError(f"data={path}: no episode store or LeRobot dataset there")
     return path
 
 
@@ -41,7 +59,9 @@ def load_transitions(paths: list[str | Path], observation_spec: dict[str, Spec],
                      gamma: float) -> TensorDict:
     """Every kept row of every store in `paths`, checked against the env's specs (one error naming the store, the
     key, both shapes and the fix), with the discounted return-to-go of each episode (`mc_return`)."""
-    parts = [_load(store_path(p), observation_spec, action_spec, gamma) for p in paths]
+    language = observation_spec.get(keys.LANGUAGE)
+    width = language.shape[0] if language is not None else 128
+    parts = [_load(store_path(p, width), observation_spec, action_spec, gamma) for p in paths]
     return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
@@ -69,10 +89,10 @@ def _episode(store: EpisodeStore, i: int, observation_spec: dict[str, Spec], gam
     obs = {k: read(f"{keys.OBS}/{k}") for k in observation_spec}
     if all(f"{keys.NEXT_OBS}/{k}" in store.keys for k in observation_spec):
         next_obs = {k: read(f"{keys.NEXT_OBS}/{k}") for k in observation_spec}
-        truncated = read(keys.TRUNCATED).bool()
+        truncated = read(keys.TRUNCATED).bool() if keys.TRUNCATED in store.keys else torch.zeros(stop - start, dtype=torch.bool)
     else:  # the next row's observation; the last row bootstraps from its own, ended as a time limit would
         next_obs = {k: torch.cat([v[1:], v[-1:]]) for k, v in obs.items()}
-        truncated = read(keys.TRUNCATED).bool()
+        truncated = read(keys.TRUNCATED).bool() if keys.TRUNCATED in store.keys else torch.zeros(stop - start, dtype=torch.bool)
         truncated[-1] = ~read(keys.TERMINATED).bool()[-1]
     rows = TensorDict({keys.OBS: TensorDict(obs, [stop - start]).unflatten_keys("/"),
                        keys.NEXT_OBS: TensorDict(next_obs, [stop - start]).unflatten_keys("/"),
