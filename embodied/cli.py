@@ -10,6 +10,7 @@
                                                                 # human-in-the-loop corrections
     embodied classifier <session store> --out DIR               # success classifier from the labelled frames
     embodied keys <dir> [--actors actor-0 ...]                  # CURVE keys for a learner and its actors
+    embodied record env=<name> --operator scripted --episodes N --store DIR   # or --policy <run>: a store to train from
     embodied data info <store or LeRobot dir>                   # episodes, frames, keys, success, interventions
     embodied data export <store> <out dir> [--fps N] [--task TEXT]   # to a LeRobotDataset v3
     embodied data import <LeRobot dir> <store>                  # from a LeRobotDataset v3
@@ -495,6 +496,70 @@ def keys_cmd(argv: list[str]) -> int:
     return 0
 
 
+def record_cmd(argv: list[str]) -> int:
+    """Episodes from a scripted expert or a trained policy into an episode store (embodied/data/record.py)."""
+    import torch
+    import yaml
+
+    from embodied.config import ConfigError
+    from embodied.data.record import record
+    from embodied.device import resolve_device
+    from embodied.registry import MissingExtraError
+    from embodied.runner import checkpoint
+    from embodied.runner.trainer import make_env, make_policy
+
+    parser = argparse.ArgumentParser(prog="embodied record", description="Record episodes into an episode store.")
+    parser.add_argument("overrides", nargs="*", help="env=<name>, env.<key>=<value> (with --operator scripted)")
+    parser.add_argument("--operator", choices=["scripted"], default=None, help="the env's scripted expert acts")
+    parser.add_argument("--policy", type=Path, default=None, help="a run or checkpoint whose policy acts (its env)")
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--store", type=Path, required=True, help="the episode store to append to (created if absent)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first round of episodes")
+    parser.add_argument("--num-envs", type=int, default=32, help="episodes run side by side")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args(argv)
+    try:
+        if (args.operator is None) == (args.policy is None):
+            raise ValueError("give one of --operator scripted or --policy <run>")
+        if args.episodes < 1 or args.num_envs < 1:
+            raise ValueError("--episodes and --num-envs must be >= 1")
+        device, num_envs = resolve_device(args.device), min(args.num_envs, args.episodes)
+        if args.policy is not None:
+            if args.overrides:
+                raise ValueError(f"--policy records in the run's own env; drop {' '.join(args.overrides)}")
+            ckpt = checkpoint.find_checkpoint(args.policy)
+            config = checkpoint.load_config(ckpt)
+            env = make_env(config, num_envs, device)
+            policy = make_policy(config, env)
+            policy.load_state_dict(checkpoint.load_model(ckpt, device))
+            expert = None
+        else:
+            from embodied.demos import load_expert
+
+            env_config: dict = {}
+            for item in args.overrides:
+                key, sep, value = item.partition("=")
+                if not sep or not (key == "env" or key.startswith("env.")):
+                    raise KeyError(f"unknown override {item!r}; valid: env=<name>, env.<key>=<value>")
+                if key == "env":
+                    env_config["name"] = value
+                else:
+                    _set_nested(env_config, key.removeprefix("env."), yaml.safe_load(value))
+            if "name" not in env_config:
+                raise KeyError("--operator scripted needs env=<name>")
+            expert, policy = load_expert(env_config["name"]), None
+            env = make_env({"env": env_config}, num_envs, device)
+        torch.manual_seed(args.seed)
+        summary = record(env, args.store, args.episodes, args.seed, expert=expert, policy=policy, progress=True)
+    except (FileNotFoundError, KeyError, ValueError, ConfigError, MissingExtraError,
+            checkpoint.DamagedCheckpointError) as err:  # fmt: skip
+        print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
+        return 1
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
+    print(f"episodes appended to {args.store}; train from it with data={args.store}")
+    return 0
+
+
 def data_cmd(argv: list[str]) -> int:
     """Show an episode store or a LeRobot v3 dataset; convert one into the other (embodied/data/)."""
     parser = argparse.ArgumentParser(prog="embodied data", description="Show and convert datasets.")
@@ -559,7 +624,7 @@ def list_cmd() -> int:
 def main() -> None:
     argv = sys.argv[1:]
     commands = {"train": train, "eval": evaluate_cmd, "deploy": deploy_cmd, "correct": correct_cmd,
-                "classifier": classifier_cmd, "keys": keys_cmd, "data": data_cmd,
+                "classifier": classifier_cmd, "keys": keys_cmd, "data": data_cmd, "record": record_cmd,
                 "list": lambda _argv: list_cmd()}
     if not argv or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr)

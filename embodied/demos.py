@@ -46,21 +46,22 @@ def load_expert(env_name: str) -> Expert:
 
 
 @torch.no_grad()
-def collect_episodes(env: VecEnv, expert: Expert, seed: int) -> TensorDict:
-    """One expert episode per env from env.reset(seed): TensorDict [T, N] with obs, action, reward,
-    done, live (True up to and including each env's first done step) and success [T, N] (the
-    episode's outcome, broadcast over its steps)."""
+def collect_episodes(env: VecEnv, expert: Expert | None, seed: int, policy=None) -> TensorDict:
+    """One episode per env from env.reset(seed), the expert acting (or, with expert=None, `policy`'s deterministic
+    action): TensorDict [T, N] with obs, action, reward, done, terminated, truncated, live (True up to and
+    including each env's first done step) and success [T, N] (the episode's outcome, broadcast over its steps)."""
     obs, _ = env.reset(seed=seed)
     n = env.num_envs
     live = torch.ones(n, dtype=torch.bool, device=env.device)
     outcome = torch.zeros(n, dtype=torch.bool, device=env.device)
     steps = []
     for _ in range(env.max_episode_steps):
-        action = expert(env)
+        action = expert(env) if expert is not None else policy.act(obs, deterministic=True).action
         next_obs, reward, terminated, truncated, info = env.step(action)
         done = terminated | truncated
         steps.append(TensorDict({keys.OBS: obs, keys.ACTION: action, keys.REWARD: reward, keys.DONE: done,
-                                 LIVE: live.clone()}, batch_size=[n]))
+                                 keys.TERMINATED: terminated, keys.TRUNCATED: truncated, LIVE: live.clone()},
+                                batch_size=[n]))  # fmt: skip
         outcome |= done & live & info.get(keys.SUCCESS, torch.zeros_like(done))
         live &= ~done
         obs = next_obs
