@@ -20,168 +20,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-
-
-GROUPS = ("env", "policy", "algo")  # the config groups an experiment picks (`override /env: arm_reach`)
-
-
-def register_configs(overrides: list[str] = ()) -> None:
-    """Config groups env/, policy/, algo/ from the registry: the defaults live in each class's Config.
-    An import path among `overrides` (env=my_pkg.envs:MyEnv) gets its group node too."""
-    from hydra.core.config_store import ConfigStore
-    from omegaconf import OmegaConf
-
-    from embodied import registry
-    from embodied.runner.trainer import TrainConfig
-
-    store = ConfigStore.instance()
-    for kind in registry.REGISTRY:
-        paths = [v for o in overrides if o.split("=")[0] == kind for v in o.split("=", 1)[1].split(",") if ":" in v]
-        for name in registry.names(kind) + paths:
-            store.store(group=kind, name=name, node=_node(kind, name))
-    store.store(name="train_defaults", node={"train": dataclasses.asdict(TrainConfig())})
-    if not OmegaConf.has_resolver("run_dir"):
-        OmegaConf.register_new_resolver("run_dir", lambda resume, default: resume or default)
-    if not OmegaConf.has_resolver("run_name"):  # the run directory's name, per job of a sweep too
-        OmegaConf.register_new_resolver("run_name", lambda name, _root_: _run_name(
-            name, _root_.hydra.runtime.choices, list(_root_.hydra.overrides.task)).replace(":", "."))  # import paths
-
-
-def _node(kind: str, name: str) -> dict:
-    """A group's config node: its class's Config defaults; none where the class cannot be imported here
-    (building it later raises the one-line error naming the extra or the import problem)."""
-    from embodied import registry
-
-    try:
-        config = getattr(registry.resolve(kind, name), "Config", None)
-    except (registry.MissingExtraError, KeyError):
-        config = None
-    return {"name": name, **(dataclasses.asdict(config()) if dataclasses.is_dataclass(config) else {})}
-
-
-def _aliases(overrides: list[str]) -> list[str]:
-    """`experiment=null` (no experiment: each component's own defaults) in the form Hydra takes, `~experiment`."""
-    return ["~experiment" if o.lower() == "experiment=null" else o for o in overrides]
-
-
-def compose(overrides: list[str]) -> dict:
-    """The resolved run config for `overrides`, as `embodied train` would build it (no run dir)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from omegaconf import OmegaConf, open_dict
-
-    overrides = _aliases(overrides)
-    register_configs(overrides)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
-    choices, task = OmegaConf.to_container(cfg.hydra.runtime.choices), list(cfg.hydra.overrides.task)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    _settle(cfg, choices, task)
-    return OmegaConf.to_container(cfg, resolve=True)
-
-
-# --- an experiment applies where it was written for ----------------------------------------------
-
-
-def _experiment(name: str) -> tuple[dict[str, str], set[str]]:
-    """An experiment's own group choices (`override /env: X` in its defaults list) and the sections it
-    sets (env, policy, algo, train, pipeline, ...; not top-level scalars such as `name`), with those of the
-    experiments it extends."""
-    import yaml
-
-    doc = yaml.safe_load((CONFIG_DIR / "experiment" / f"{name}.yaml").read_text()) or {}
-    choices, sections = {}, {key for key, value in doc.items() if key != "defaults" and isinstance(value, dict)}
-    for item in doc.get("defaults", []):
-        if isinstance(item, dict):  # {"override /env": "arm_reach"}
-            choices.update({key.split("/")[-1]: value for key, value in item.items()})
-        elif item != "_self_":  # an experiment this one extends
-            base_choices, base_sections = _experiment(item)
-            choices, sections = {**base_choices, **choices}, sections | base_sections
-    return choices, sections
-
-
-def _user_keys(overrides: list[str]) -> set[str]:
-    """The keys the command line sets ("env.w_pos", "experiment"), without Hydra's +, ++ and ~."""
-    return {o.split("=", 1)[0].lstrip("~+") for o in overrides}
-
-
-def _not_applied(choices, overrides: list[str]) -> tuple[list[str], list[str], bool]:
-    """What of the chosen experiment does not apply: (the groups chosen otherwise than in its defaults list,
-    its sections that go with them, whether the run takes the env's name instead of the experiment's).
-
-    An experiment named on the command line keeps its settings except the sections of those groups
-    (experiment=quadrotor_hover env=quadrotor_waypoint: waypoint's own reward weights, hover's policy and
-    algo settings). The default experiment (config.yaml) applies only while no group is chosen:
-    `embodied train env=arm_reach` trains arm reach from the components' own defaults."""
-    experiment, user = choices.get("experiment"), _user_keys(overrides)
-    if not experiment:
-        return [], [], False
-    own, sections = _experiment(experiment)
-    if "experiment" not in user:  # the default one
-        chosen = [g for g in GROUPS if g in user]
-        return (chosen, sorted(sections | set(chosen)), True) if chosen else ([], [], False)
-    changed = [g for g in GROUPS if g in own and choices.get(g) != own[g]]
-    return changed, changed, "env" in changed
-
-
-def _run_name(name: str, choices, overrides: list[str]) -> str:
-    """The run's name (its directory under runs/): the experiment's, or the env's where the env is not the
-    experiment's; a name= on the command line wins."""
-    rename = _not_applied(choices, overrides)[2] and "name" not in _user_keys(overrides)
-    return choices["env"] if rename else name
-
-
-def _settle(cfg, choices, overrides: list[str]) -> str | None:
-    """Drop, in place, the chosen experiment's settings where they do not apply (`_not_applied`), and name the
-    run after what runs. Returns a one-line notice naming what was dropped, None when nothing was."""
-    from omegaconf import open_dict
-
-    changed, sections, _ = _not_applied(choices, overrides)
-    user = _user_keys(overrides)
-    with open_dict(cfg):
-        dropped = [key for section in sections for key in _reset_section(cfg, section, choices, user)]
-        cfg.name = _run_name(cfg.name, choices, overrides)
-    if not dropped:
-        return None
-    chosen, experiment = ", ".join(f"{g}={choices[g]}" for g in changed), choices["experiment"]
-    if "experiment" not in user:
-        return f"notice: {chosen} without experiment=: the default experiment {experiment} does not apply " \
-               f"(dropped {', '.join(dropped)})"
-    own = ", ".join(f"{g}={_experiment(experiment)[0][g]}" for g in changed)
-    return f"notice: experiment={experiment} is written for {own}; with {chosen} its {', '.join(dropped)} " \
-           f"do not apply (dropped)"
-
-
-def _reset_section(cfg, section: str, choices, user: set[str]) -> list[str]:
-    """Set `section` to what it is without an experiment (a group's component defaults, train's, or none: a key
-    the new component lacks goes), keeping the keys the command line sets in it; returns the keys that changed."""
-    from omegaconf import OmegaConf
-
-    from embodied.runner.trainer import TrainConfig
-
-    if section in GROUPS:
-        fresh = OmegaConf.create(_node(section, choices[section]))
-    else:
-        fresh = OmegaConf.create(dataclasses.asdict(TrainConfig()) if section == "train" else {})
-    absent = object()
-    for key in sorted(k for k in user if k.startswith(section + ".")):
-        value = OmegaConf.select(cfg, key, default=absent)
-        if value is not absent:
-            OmegaConf.update(fresh, key.split(".", 1)[1], value, merge=False, force_add=True)
-    old = OmegaConf.to_container(cfg[section], resolve=True) if section in cfg else {}
-    new = OmegaConf.to_container(fresh)
-    if new:
-        cfg[section] = new
-    else:
-        cfg.pop(section, None)
-    return [f"{section}.{k}" for k in old if k not in new or new[k] != old[k]]
+from embodied.compose import CONFIG_DIR, aliases, compose, register_configs, settle
 
 
 def _unknown_key(argv: list[str]) -> str | None:
@@ -223,7 +66,7 @@ def _train_task(cfg) -> float | None:
     hydra = HydraConfig.get()
     run_dir, started = Path(hydra.runtime.output_dir), False
     try:
-        notice = _settle(cfg, OmegaConf.to_container(hydra.runtime.choices), list(hydra.overrides.task))
+        notice = settle(cfg, OmegaConf.to_container(hydra.runtime.choices), list(hydra.overrides.task))
         if notice:
             print(notice, flush=True)
             (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))  # Hydra saved it unsettled
@@ -292,7 +135,7 @@ def _gymnasium_id(argv: list[str]) -> str | None:
 def train(argv: list[str]) -> int:
     import hydra
 
-    argv = _aliases(argv)
+    argv = aliases(argv)
     register_configs(argv)
     unknown = _unknown_key(argv) or _gymnasium_id(argv)
     if unknown:
@@ -339,7 +182,6 @@ def evaluate_cmd(argv: list[str]) -> int:
 
 
 def deploy_cmd(argv: list[str]) -> int:
-    import yaml
 
     from embodied.runner.deploy import DeploySettings, deploy, export
 
@@ -365,14 +207,9 @@ def deploy_cmd(argv: list[str]) -> int:
         settings = DeploySettings(dry_run=args.dry_run, episodes=args.episodes, steps=args.steps, control_hz=args.hz,
                                   log_dir=args.log_dir, status=not args.no_status,
                                   allow_unchecked=args.allow_unchecked)  # fmt: skip
-        for item in args.overrides:
-            key, sep, value = item.partition("=")
-            if not sep or not (key == "robot" or key.startswith("robot.")):
-                raise KeyError(f"unknown override {item!r}; valid: robot=<name>, robot.<key>=<value>")
-            if key == "robot":
-                settings.robot = value
-            else:  # robot.a.b=v -> {"a": {"b": v}}
-                _set_nested(settings.robot_params, key.removeprefix("robot."), yaml.safe_load(value))
+        names, params = _group_overrides(args.overrides, ("robot",), "robot=<name>, robot.<key>=<value>")
+        settings.robot = names.get("robot", settings.robot)
+        settings.robot_params = params["robot"]
         if args.course:
             settings.course = [tuple(float(x) for x in p.split(",")) for p in args.course.split(";")]
         summaries = deploy(args.path, settings)
@@ -382,6 +219,28 @@ def deploy_cmd(argv: list[str]) -> int:
     for summary in summaries:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in summary.items()}))
     return 0
+
+
+def _group_overrides(items: list[str], groups: tuple[str, ...], valid: str,
+                     named: tuple[str, ...] | None = None) -> tuple[dict[str, str], dict[str, dict]]:
+    """`<group>=<name>` (for the `named` groups; default all) and `<group>.<key>=<value>` command-line overrides ->
+    (the names chosen, each group's params: dotted keys nest, values parse as YAML); anything else is a KeyError
+    that lists `valid`."""
+    import yaml
+
+    named = groups if named is None else named
+    names: dict[str, str] = {}
+    params: dict[str, dict] = {group: {} for group in groups}
+    for item in items:
+        key, sep, value = item.partition("=")
+        group = key.split(".")[0]
+        if not sep or group not in groups or (key == group and group not in named):
+            raise KeyError(f"unknown override {item!r}; valid: {valid}")
+        if key == group:
+            names[group] = value
+        else:  # robot.a.b=v -> {"a": {"b": v}}
+            _set_nested(params[group], key.split(".", 1)[1], yaml.safe_load(value))
+    return names, params
 
 
 def _set_nested(node: dict, dotted: str, value) -> None:
@@ -394,7 +253,6 @@ def _set_nested(node: dict, dotted: str, value) -> None:
 
 def correct_cmd(argv: list[str]) -> int:
     """A correction session (embodied/hil/session.py)."""
-    import yaml
 
     from embodied.hil.session import SessionSettings, run_session
 
@@ -422,16 +280,13 @@ def correct_cmd(argv: list[str]) -> int:
                                    on_learner_lost=args.on_learner_lost,
                                    rewind_steps=args.rewind_steps, reward_classifier=args.reward_classifier,
                                    status=not args.no_status)  # fmt: skip
-        for item in args.overrides:
-            key, sep, value = item.partition("=")
-            group = key.split(".")[0]
-            if not sep or group not in ("robot", "teleop", "learner") or key == "learner":
-                raise KeyError(f"unknown override {item!r}; valid: robot=<name>, teleop=<device>, "
-                               "robot.<key>=<v>, teleop.<key>=<v>, learner.<key>=<v>")  # fmt: skip
-            if key in ("robot", "teleop"):
-                setattr(settings, key, value)
-            else:
-                _set_nested(getattr(settings, f"{group}_params"), key.split(".", 1)[1], yaml.safe_load(value))
+        names, params = _group_overrides(args.overrides, ("robot", "teleop", "learner"),
+                                         "robot=<name>, teleop=<device>, robot.<key>=<v>, teleop.<key>=<v>, "
+                                         "learner.<key>=<v>", named=("robot", "teleop"))  # fmt: skip
+        for group in ("robot", "teleop", "learner"):
+            if group in names:
+                setattr(settings, group, names[group])
+            setattr(settings, f"{group}_params", params[group])
         summaries = run_session(args.path, settings)
     except (FileNotFoundError, KeyError, ValueError, RuntimeError) as err:
         print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
@@ -499,7 +354,6 @@ def keys_cmd(argv: list[str]) -> int:
 def record_cmd(argv: list[str]) -> int:
     """Episodes from a scripted expert or a trained policy into an episode store (embodied/data/record.py)."""
     import torch
-    import yaml
 
     from embodied.config import ConfigError
     from embodied.data.record import record
@@ -536,17 +390,10 @@ def record_cmd(argv: list[str]) -> int:
         else:
             from embodied.demos import load_expert
 
-            env_config: dict = {}
-            for item in args.overrides:
-                key, sep, value = item.partition("=")
-                if not sep or not (key == "env" or key.startswith("env.")):
-                    raise KeyError(f"unknown override {item!r}; valid: env=<name>, env.<key>=<value>")
-                if key == "env":
-                    env_config["name"] = value
-                else:
-                    _set_nested(env_config, key.removeprefix("env."), yaml.safe_load(value))
-            if "name" not in env_config:
+            names, params = _group_overrides(args.overrides, ("env",), "env=<name>, env.<key>=<value>")
+            if "env" not in names:
                 raise KeyError("--operator scripted needs env=<name>")
+            env_config = {"name": names["env"], **params["env"]}
             expert, policy = load_expert(env_config["name"]), None
             env = make_env({"env": env_config}, num_envs, device)
         torch.manual_seed(args.seed)

@@ -117,11 +117,11 @@ class VecEnv(gymnasium.vector.VectorEnv):
     @property
     def render_mode(self) -> str | None:
         """"rgb_array" when the env has a camera, else None (nothing to render)."""
-        return "rgb_array" if any(k.startswith(f"{keys.IMAGES}/") for k in self.observation_spec) else None
+        return "rgb_array" if first_camera(self.observation_spec) else None
 
     def render(self) -> list[np.ndarray] | None:
         """Each env's frame [H, W, 3] from its first camera, as of the last reset or step."""
-        camera = next((k for k in self.observation_spec if k.startswith(f"{keys.IMAGES}/")), None)
+        camera = first_camera(self.observation_spec)
         last = getattr(self, "_last_obs", None)
         if camera is None or last is None:
             return None
@@ -132,6 +132,11 @@ class VecEnv(gymnasium.vector.VectorEnv):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(num_envs={self.num_envs}, device={self.device})"
+
+
+def first_camera(spec: dict[str, Spec]) -> str | None:
+    """The first `images/<camera>` key of a spec (what `render` shows), None without a camera."""
+    return next((k for k in spec if k.startswith(f"{keys.IMAGES}/")), None)
 
 
 def observation_space(spec: dict[str, Spec], only: list[str] | None = None) -> gymnasium.spaces.Dict:

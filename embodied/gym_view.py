@@ -26,7 +26,7 @@ import torch
 from tensordict import TensorDictBase
 
 from embodied import keys
-from embodied.envs import VecEnv
+from embodied.envs import VecEnv, first_camera
 
 
 class GymView(gymnasium.Env):
@@ -41,7 +41,7 @@ class GymView(gymnasium.Env):
         self.action_space = env.action_spec.to_gym()
         self._action_dtype = env.action_spec.dtype
         # the first camera, as VecEnv.render picks it (rendered here from the view's own last observation)
-        self._camera = next((k for k in env.observation_spec if k.startswith(f"{keys.IMAGES}/")), None)
+        self._camera = first_camera(env.observation_spec)
         self.render_mode = env.render_mode
         self.metadata = {"render_modes": [self.render_mode] if self.render_mode else []}
         if "render_fps" in env.metadata:  # else RecordVideo writes at its default of 30

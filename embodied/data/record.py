@@ -13,9 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from embodied import keys
 from embodied.data.lerobot_format import progress_bar
 from embodied.data.store import EpisodeStore

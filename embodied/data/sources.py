@@ -87,17 +87,17 @@ def _episode(store: EpisodeStore, i: int, observation_spec: dict[str, Spec], gam
     start, stop = store.episode_range(i)
     read = lambda key: torch.from_numpy(np.ascontiguousarray(store.read(key, start, stop)))  # noqa: E731
     obs = {k: read(f"{keys.OBS}/{k}") for k in observation_spec}
+    terminated = read(keys.TERMINATED).bool()
+    truncated = read(keys.TRUNCATED).bool() if keys.TRUNCATED in store.keys else torch.zeros_like(terminated)
     if all(f"{keys.NEXT_OBS}/{k}" in store.keys for k in observation_spec):
         next_obs = {k: read(f"{keys.NEXT_OBS}/{k}") for k in observation_spec}
-        truncated = read(keys.TRUNCATED).bool() if keys.TRUNCATED in store.keys else torch.zeros(stop - start, dtype=torch.bool)
     else:  # the next row's observation; the last row bootstraps from its own, ended as a time limit would
         next_obs = {k: torch.cat([v[1:], v[-1:]]) for k, v in obs.items()}
-        truncated = read(keys.TRUNCATED).bool() if keys.TRUNCATED in store.keys else torch.zeros(stop - start, dtype=torch.bool)
-        truncated[-1] = ~read(keys.TERMINATED).bool()[-1]
+        truncated[-1] = ~terminated[-1]
     rows = TensorDict({keys.OBS: TensorDict(obs, [stop - start]).unflatten_keys("/"),
                        keys.NEXT_OBS: TensorDict(next_obs, [stop - start]).unflatten_keys("/"),
                        keys.ACTION: read(keys.ACTION).float(), keys.REWARD: read(keys.REWARD).float(),
-                       keys.TERMINATED: read(keys.TERMINATED).bool(), keys.TRUNCATED: truncated},
+                       keys.TERMINATED: terminated, keys.TRUNCATED: truncated},
                       batch_size=[stop - start])  # fmt: skip
     if keys.IS_INTERVENTION in store.keys:
         rows[keys.IS_INTERVENTION] = read(keys.IS_INTERVENTION).bool()

@@ -162,12 +162,8 @@ class GymEnv(VecEnv):
                 value = parts[0].astype(np.float32) if len(parts) == 1 else np.concatenate(parts, 1, dtype=np.float32)
             else:
                 value = parts[0].copy()
-            *parents, leaf = key.split("/")
-            node = out
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[leaf] = torch.from_numpy(value)
-        return TensorDict(out, batch_size=[n], device=self.device)
+            out[key] = torch.from_numpy(value)
+        return TensorDict(out, batch_size=[n], device=self.device).unflatten_keys("/")
 
 
 def find_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
