@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from embodied.cli import compose  # noqa: E402
 from embodied.runner import checkpoint  # noqa: E402
 from embodied.runner.deploy import DeploySettings, deploy  # noqa: E402
-from embodied.runner.trainer import make_env, make_policy  # noqa: E402
+from embodied.build import make_env, make_policy  # noqa: E402
 from real_robot.export import Controller, export_c  # noqa: E402
 
 

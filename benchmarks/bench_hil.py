@@ -53,8 +53,8 @@ def run(seed: int, hil: bool, args) -> dict:
                                            "bc_weight": args.bc_weight}, policy=policy)  # fmt: skip
     learner = Learner(policy, algo, LearnerConfig(min_buffer=args.batch_size, buffer_capacity=200_000,
                                                   max_updates_per_call=10**9), seed=seed)  # fmt: skip
-    config = ScriptedOperatorConfig(action_dim=dim, min_steps=args.min_steps, max_per_episode=args.max_per_episode)
-    operator = scripted_operator(env, args.env, config) if hil else _NoOperator(dim)
+    params = {"action_dim": dim, "min_steps": args.min_steps, "max_per_episode": args.max_per_episode}
+    operator = scripted_operator(env, params) if hil else _NoOperator(dim)
     random_policy = UniformPolicy(-1.0, 1.0, (dim,), env.device)
     actor = InterventionActor(env, policy, operator)
     actor.reset(seed=seed)

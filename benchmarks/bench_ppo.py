@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from benchmarks.adapters import RslRlVecEnv, Sb3VecEnv  # noqa: E402
 from embodied.algorithms.ppo import PPOConfig  # noqa: E402
-from embodied.runner.trainer import Trainer, make_env  # noqa: E402
+from embodied.build import make_env  # noqa: E402
+from embodied.runner.trainer import Trainer  # noqa: E402
 from policies.mlp import MLPConfig  # noqa: E402
 
 FRAMEWORKS = ("ours", "rsl_rl", "sb3")

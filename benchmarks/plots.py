@@ -65,11 +65,8 @@ def main() -> None:
             ys = np.array([r[metric] for r in records], dtype=float)
             means = [ys[max(0, i + 1 - args.smooth) : i + 1].mean() for i in range(len(ys))]  # the last `smooth`
             points = [(r["env_steps"], float(m)) for r, m in zip(records, means)]
-            # the curve starts at the evaluation after behaviour cloning, where there is one: an imitation
-            # run's bc/summary.json, or a pipeline's last BC-stage evaluation
-            summary = run / "bc" / "summary.json"
-            bc = ([json.loads(summary.read_text()).get("eval/success")] if summary.exists()
-                  else [r["eval/success"] for r in read_metrics(run / "bc") if "eval/success" in r])
+            # the curve starts at the evaluation after behaviour cloning, where there is one
+            bc = [r["eval/success"] for r in read_metrics(run / "bc") if "eval/success" in r]
             if points and bc and bc[-1] is not None and metric == "eval/success":
                 points.insert(0, (0, bc[-1]))
             if points:

@@ -61,7 +61,7 @@ def _train_task(cfg) -> float | None:
     from embodied.config import ConfigError
     from embodied.registry import MissingExtraError
     from embodied.runner.checkpoint import DamagedCheckpointError
-    from embodied.runner.trainer import trainer_class
+    from embodied.runner.pipeline import runner_class
 
     hydra = HydraConfig.get()
     run_dir, started = Path(hydra.runtime.output_dir), False
@@ -72,10 +72,10 @@ def _train_task(cfg) -> float | None:
             (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))  # Hydra saved it unsettled
         config = OmegaConf.to_container(cfg, resolve=True)
         if config.get("resume"):
-            trainer = trainer_class(config["resume"]).resume(config["resume"])
+            trainer = runner_class(config["resume"]).resume(config["resume"])
             print(f"resuming {config['resume']} from iteration {trainer.iteration} ({trainer.env_steps:,} env steps)")
         else:
-            trainer = trainer_class(config)(config, run_dir)
+            trainer = runner_class(config)(config, run_dir)
         started = True
         summary = trainer.learn()
     except (ConfigError, MissingExtraError, NonFiniteLossError, FileNotFoundError, KeyError, DamagedCheckpointError) as err:
@@ -153,7 +153,7 @@ def evaluate_cmd(argv: list[str]) -> int:
     from embodied.device import resolve_device
     from embodied.runner import checkpoint
     from embodied.runner.evaluate import evaluate
-    from embodied.runner.trainer import make_env, make_policy
+    from embodied.build import make_env, make_policy
 
     parser = argparse.ArgumentParser(prog="embodied eval", description="Evaluate a trained policy.")
     parser.add_argument("path", type=Path, help="a run directory or a checkpoint directory")
@@ -360,7 +360,7 @@ def record_cmd(argv: list[str]) -> int:
     from embodied.device import resolve_device
     from embodied.registry import MissingExtraError
     from embodied.runner import checkpoint
-    from embodied.runner.trainer import make_env, make_policy
+    from embodied.build import make_env, make_policy
 
     parser = argparse.ArgumentParser(prog="embodied record", description="Record episodes into an episode store.")
     parser.add_argument("overrides", nargs="*", help="env=<name>, env.<key>=<value> (with --operator scripted)")
@@ -386,18 +386,15 @@ def record_cmd(argv: list[str]) -> int:
             env = make_env(config, num_envs, device)
             policy = make_policy(config, env)
             policy.load_state_dict(checkpoint.load_model(ckpt, device))
-            expert = None
         else:
-            from embodied.demos import load_expert
-
             names, params = _group_overrides(args.overrides, ("env",), "env=<name>, env.<key>=<value>")
             if "env" not in names:
                 raise KeyError("--operator scripted needs env=<name>")
             env_config = {"name": names["env"], **params["env"]}
-            expert, policy = load_expert(env_config["name"]), None
+            policy = None
             env = make_env({"env": env_config}, num_envs, device)
         torch.manual_seed(args.seed)
-        summary = record(env, args.store, args.episodes, args.seed, expert=expert, policy=policy, progress=True)
+        summary = record(env, args.store, args.episodes, args.seed, policy=policy, progress=True)
     except (FileNotFoundError, KeyError, ValueError, ConfigError, MissingExtraError,
             checkpoint.DamagedCheckpointError) as err:  # fmt: skip
         print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)

@@ -13,7 +13,8 @@ Each transition row (shapes per row):
 As in HIL-SERL (Luo et al. 2024, Sec. III-B) and LeRobot's gym_manipulator, intervention rows
 are ordinary transitions with a flag: the learner puts every row in the online buffer and copies
 the flagged ones into the demonstration buffer (`split_interventions`). HG-DAgger (Kelly et al.
-2019) aggregates only the expert-labelled rows and retrains by imitation (`hg_dagger_update`).
+2019) aggregates only the expert-labelled rows and retrains by imitation: the pipeline's BC stage on a
+session's store with `pipeline.bc.rows=interventions` (embodied/runner/bc.py).
 """
 
 from __future__ import annotations
@@ -102,17 +103,3 @@ class InterventionActor:
 def split_interventions(transitions: TensorDict) -> TensorDict:
     """The rows the operator controlled (what goes into the demonstration buffer)."""
     return transitions[transitions[keys.IS_INTERVENTION].bool()]
-
-
-def hg_dagger_update(policy: Policy, demos, optimizer: torch.optim.Optimizer, steps: int, batch_size: int,
-                     generator: torch.Generator | None = None) -> float:  # fmt: skip
-    """HG-DAgger's aggregation step: `steps` imitation updates on the aggregated expert labels
-    (`demos`: a ReplayBuffer of intervention rows). Returns the last BC loss."""
-    loss = torch.tensor(float("nan"))
-    for _ in range(steps):
-        batch = demos.sample(batch_size, generator)
-        loss = policy.bc_loss(batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    return float(loss.detach())

@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save
 from tensordict import TensorDict
 
 from embodied import keys
+from embodied.algorithms.utd import UpdateSchedule
 from embodied.config import build_config, check
 from embodied.hil.durable import fsync_dir, write_durably
 from embodied.data.replay import MixedSampler, ReplayBuffer
@@ -55,7 +56,12 @@ class Learner:
         self.online = ReplayBuffer(config.buffer_capacity, device)
         self.demos = ReplayBuffer(config.buffer_capacity, device)
         self.generator = torch.Generator().manual_seed(seed)
-        self.updates, self.received, self.version, self.credit = 0, 0, 0, 0.0
+        self.schedule = UpdateSchedule(algo.config.utd_ratio)  # the off-policy loop's (embodied/algorithms/utd.py)
+        self.received, self.version = 0, 0
+
+    @property
+    def updates(self) -> int:
+        return self.schedule.updates
 
     def add(self, transitions: TensorDict) -> None:
         transitions = transitions.exclude(POLICY_ACTION)  # the actor's bookkeeping, not a training input
@@ -64,7 +70,7 @@ class Learner:
         if human.batch_size[0]:
             self.demos.extend(human)
         self.received += transitions.batch_size[0]
-        self.credit += transitions.batch_size[0] * self.algo.config.utd_ratio
+        self.schedule.pay(transitions.batch_size[0])
 
     def sample(self, n: int) -> TensorDict:
         if len(self.demos) == 0 or self.config.demo_fraction == 0:
@@ -76,16 +82,11 @@ class Learner:
         """Run the updates paid for so far (at most max_updates_per_call); True-ish metrics dict."""
         cfg, algo = self.config, self.algo
         if len(self.online) < max(cfg.min_buffer, algo.config.batch_size):
-            self.credit = 0.0  # as the off-policy loop: no debt piles up during the warm-up
+            self.schedule.forgive()  # as the off-policy loop: no debt piles up during the warm-up
             return {}
-        actor_every = max(1, round(algo.config.utd_ratio))
         metrics: dict[str, float] = {}
-        done = 0
-        while self.credit >= 1.0 and done < cfg.max_updates_per_call:
-            self.credit -= 1.0
-            self.updates += 1
-            done += 1
-            out = algo.update(self.sample(algo.config.batch_size), update_actor=self.updates % actor_every == 0)
+        for actor in self.schedule.due(limit=cfg.max_updates_per_call):
+            out = algo.update(self.sample(algo.config.batch_size), update_actor=actor)
             metrics.update({k: float(v) for k, v in out.items()})
         return metrics
 
@@ -202,17 +203,15 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def build_learner(run_config: dict, checkpoint_dir: str | None, learner: dict, seed: int = 0):
     """(policy, Learner, transition schema) from a run config (env / policy / algo sections) and an optional checkpoint."""
-    from embodied import registry
+    from embodied.build import make_algo, make_env, make_policy
     from embodied.runner import checkpoint
-    from embodied.runner.trainer import make_env, make_policy
 
     torch.set_num_threads(int(run_config.get("threads", 1)))
     env = make_env(run_config, 1, torch.device("cpu"))  # only its specs are needed
     policy = make_policy(run_config, env)
     if checkpoint_dir:
         policy.load_state_dict(checkpoint.load_model(checkpoint.find_checkpoint(Path(checkpoint_dir)), env.device))
-    algo_cfg = run_config["algo"]
-    algo = registry.build("algo", algo_cfg["name"], {k: v for k, v in algo_cfg.items() if k != "name"}, policy=policy)
+    algo = make_algo(run_config["algo"], policy)
     schema = transition_schema(env.observation_spec, env.action_spec)  # what `serve` accepts
     return policy, Learner(policy, algo, build_config(LearnerConfig, learner, "learner"), seed), schema
 
@@ -229,7 +228,7 @@ def serve(settings: dict, ready=print) -> None:
     spool = TransitionSpool(settings["spool"], required=schema)
     for _actor, _stream, _seq, transitions in spool.load():
         learner.add(transitions)
-    learner.credit = 0.0  # recovered data was trained on before the restart
+    learner.schedule.forgive()  # recovered data was trained on before the restart
     server = LearnerServer(settings.get("address", "tcp://127.0.0.1:5555"), keys=settings.get("keys"),
                            insecure=bool(settings.get("insecure", False)), next_seq=spool.recovered,
                            validate=spool.check)  # fmt: skip

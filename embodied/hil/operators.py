@@ -1,13 +1,13 @@
 """Scripted operators for simulated tasks: a sim's scripted expert taking over when a rule fires.
 
-    operator = scripted_operator(env, "arm_reach", ScriptedOperatorConfig(action_dim=4))
+    operator = scripted_operator(env, {"action_dim": 4, "min_steps": 10})   # teleop=scripted settings
 
 `DriftRule` models an attentive operator: it steps in when the task stops progressing, i.e. the
 distance still to go grows past the smallest it has been this episode by `drift_m`, or is still
 more than `stall_m` after `stall_fraction` of the time limit. The distance comes from what a
-simulator knows and a person watching sees (`PROGRESS`): for arm_reach the end effector to the
-goal (its `privileged` observation); for the MuJoCo Panda tasks the tcp to the target (reach),
-plus the tcp to the cube for push and pick, where the cube must first be reached.
+simulator knows and a person watching sees, the env's `task_progress(obs)` (sims/<env>/: e.g. for
+arm_reach the end effector to the goal; for the MuJoCo Panda tasks the tcp to the target, plus the
+tcp to the cube for push and pick); the expert is the env's `expert_action()`.
 """
 
 from __future__ import annotations
@@ -18,36 +18,6 @@ from dataclasses import dataclass
 import torch
 
 from embodied.config import check
-from embodied.demos import load_expert
-
-# fn(env, obs) -> (distance still to go [N] m, fraction of the time limit used [N])
-Progress = Callable[[object, dict], tuple[torch.Tensor, torch.Tensor]]
-
-
-def _arm_reach_progress(env, obs):
-    from sims.arm_reach import kinematics
-
-    privileged = obs["privileged"]  # sims/arm_reach/env.py layout: [3] distance / REACH, [9] step fraction
-    return privileged[:, 3] * kinematics.REACH, privileged[:, 9]
-
-
-def _mujoco_progress(with_cube: bool) -> Progress:
-    def progress(env, obs):  # sims/mujoco/env.py state layout: [24:27] cube - tcp, [27:30] target - (cube or tcp)
-        state = env.full_state(obs)  # the goal rows may sit in `privileged` (goal_in_state=false)
-        distance = state[:, 27:30].norm(dim=-1)
-        if with_cube:
-            distance = distance + state[:, 24:27].norm(dim=-1)
-        return distance, torch.from_numpy(env.steps / env.max_episode_steps).to(distance)
-
-    return progress
-
-
-PROGRESS: dict[str, Progress] = {
-    "arm_reach": _arm_reach_progress,
-    "mujoco_reach": _mujoco_progress(with_cube=False),
-    "mujoco_push": _mujoco_progress(with_cube=True),
-    "mujoco_pick": _mujoco_progress(with_cube=True),
-}
 
 
 @dataclass(frozen=True)
@@ -79,12 +49,14 @@ class DriftRule:
         return (drifting | stalled).cpu()
 
 
-def scripted_operator(env, env_name: str, config, rule_config: DriftRuleConfig = DriftRuleConfig()):
-    """A `ScriptedOperator` driving `env` (a simulator) with its scripted expert under a `DriftRule`."""
-    from real_robot.teleop.scripted import ScriptedOperator
+def scripted_operator(env, params: dict, rule_config: DriftRuleConfig = DriftRuleConfig()):
+    """The registry's `teleop=scripted` operator, built with `params` (its Config's settings), driving `env`
+    (a simulator) with its scripted expert under a `DriftRule`."""
+    from embodied import registry
 
-    if env_name not in PROGRESS:
-        raise KeyError(f"no scripted operator rule for env {env_name!r}; envs with one: {', '.join(PROGRESS)}")
-    expert, progress = load_expert(env_name), PROGRESS[env_name]
-    rule = DriftRule(lambda obs: progress(env, obs), rule_config)
-    return ScriptedOperator(config, expert=lambda obs: expert(env), rule=rule)
+    missing = [m for m in ("expert_action", "task_progress") if not hasattr(env, m)]
+    if missing:
+        raise KeyError(f"{type(env).__name__} has no scripted operator: it lacks {' and '.join(missing)} "
+                       "(sims/arm_reach and sims/mujoco have both)")
+    rule = DriftRule(env.task_progress, rule_config)
+    return registry.build("teleop", "scripted", params, expert=lambda obs: env.expert_action(), rule=rule)

@@ -220,11 +220,10 @@ def run_session(path: Path, settings: SessionSettings) -> list[dict[str, Any]]:
         name, params = load_teleop(settings.teleop, settings.teleop_params, env.action_spec.shape[-1])
         if name == "scripted":
             from embodied.hil.operators import scripted_operator
-            from real_robot.teleop.scripted import ScriptedOperatorConfig
 
             if settings.robot != "sim":
                 raise ValueError("teleop=scripted reads the simulator's state: use it with robot=sim")
-            teleop = scripted_operator(env, config["env"]["name"], ScriptedOperatorConfig(**params))
+            teleop = scripted_operator(env, params)
         else:
             teleop = registry.build("teleop", name, params)
         teleop.connect()

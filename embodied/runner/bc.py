@@ -1,118 +1,65 @@
-"""Imitation from scripted demonstrations, then (optionally) PPO fine-tuning of the same policy.
+"""Behaviour cloning: one BC step, and the pipeline's imitation stage that repeats it.
 
-    trainer = ImitationTrainer(config, run_dir)   # config: a run config with an `imitation` section
-    summary = trainer.learn()
+    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-4)
+    losses = bc_step(policy, optimizer, batch, value_coef=0.5)   # batch: TensorDict from a data source
 
-Stage 1 (`bc/`): collect `imitation.episodes` expert episodes (seed-derived, unseen by training
-and evaluation), fit the policy's normalizers on them, train `policy.bc_loss` (plus a value
-regression onto the demos' Monte Carlo returns, so PPO starts with a critic that knows the
-task's scale), optionally distil a one-step sampler (`policy.student`), evaluate, save
-`bc/checkpoints/final`. Stage 2: when `imitation.finetune`, the ordinary `Trainer` loop
-(Collector -> PPO) continues from those weights; the run's final evaluation follows it.
+`policy.bc_loss(batch)` is the policy's own imitation loss (Gaussian log-likelihood, DDPM noise
+regression, flow matching, action-token cross-entropy); `value_coef` adds a regression of the critic
+onto the demos' discounted returns-to-go (`mc_return`), so on-policy RL after BC starts with a critic
+that knows the task's scale. The stage (`pipeline.bc`, embodied/runner/pipeline.py) feeds it windows of
+the policy's action horizon from the run's data; HG-DAgger (Kelly et al. 2019) is the same stage on the
+operator-corrected rows of a correction session only (`pipeline.bc.rows: interventions`).
 """
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Literal
 
 import torch
 from tensordict import TensorDict
 
 from embodied import keys
-from embodied.config import build_config, check
-from embodied.demos import chunk_dataset, collect_episodes, load_expert
-from embodied.runner import checkpoint
-from embodied.runner.trainer import Trainer, make_env
+from embodied.config import check
 
 
 @dataclass(frozen=True)
-class ImitationConfig:
-    episodes: int = 100  # scripted-expert episodes (one per env, run in parallel)
-    updates: int = 3000  # BC gradient steps
-    batch_size: int = 256  # rows per BC step (Diffusion Policy trains with 256)
-    lr: float = 1e-3  # Adam step of the BC stage
-    value_coef: float = 0.5  # weight of the critic's regression onto demo returns (0 = leave the critic untrained)
-    distill_updates: int = 0  # consistency-distillation steps of a diffusion policy's one-step student; 0 = skip
-    eval_episodes: int = 1000  # episodes of the evaluation after BC; 0 = skip
-    finetune: bool = False  # continue with the run's algo (PPO) for train.total_env_steps
+class BCConfig:
+    updates: int = 0  # gradient steps of policy.bc_loss on the demos; 0 = skip the stage
+    lr: float = 3e-4  # Adam step
+    batch_size: int = 256  # rows per step (Diffusion Policy trains with 256)
+    lr_schedule: Literal["constant", "cosine"] = "constant"  # cosine: Diffusion Policy's decay to 0 over `updates`
+    value_coef: float = 0.0  # weight of the critic's regression onto demo returns (0 = leave the critic untrained)
+    rows: Literal["all", "interventions"] = "all"  # interventions: only operator-corrected rows (HG-DAgger)
+    distill_updates: int = 0  # steps distilling a one-step student (policies that have one: diffusion); 0 = skip
+    eval_every: int = 500  # updates between evaluations (pipeline.online.eval_episodes episodes) and at the end
 
     def __post_init__(self):
-        check(self.episodes >= 1 and self.updates >= 0 and self.batch_size >= 1, "imitation: episodes >= 1, "
-              "updates >= 0 and batch_size >= 1")
-        check(self.lr > 0 and self.value_coef >= 0, "imitation.lr must be > 0 and imitation.value_coef >= 0")
-        check(self.distill_updates >= 0 and self.eval_episodes >= 0, "imitation: distill_updates, eval_episodes >= 0")
+        check(self.updates >= 0 and self.lr > 0 and self.batch_size >= 1, "pipeline.bc: updates >= 0, lr > 0, batch_size >= 1")
+        check(self.lr_schedule in ("constant", "cosine"), f"pipeline.bc.lr_schedule={self.lr_schedule!r}: "
+              "choose constant or cosine")
+        check(self.rows in ("all", "interventions"), f"pipeline.bc.rows={self.rows!r}: choose all or interventions")
+        check(self.value_coef >= 0 and self.distill_updates >= 0, "pipeline.bc: value_coef and distill_updates >= 0")
+        check(self.eval_every >= 1, f"pipeline.bc.eval_every={self.eval_every} must be >= 1")
 
 
-def train_bc(policy, dataset: TensorDict, updates: int, batch_size: int, lr: float, value_coef: float,
-             generator: torch.Generator) -> dict[str, float]:
-    """Minibatch Adam on policy.bc_loss (+ value_coef * 0.5 (V - G)^2); returns the last losses."""
-    optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(updates, 1))  # Diffusion Policy's cosine decay
-    size = dataset.batch_size[0]
-    bc = value = torch.zeros(())
-    for _ in range(updates):
-        batch = dataset[torch.randint(0, size, (batch_size,), generator=generator).to(dataset.device)]
-        bc = policy.bc_loss(batch)
-        loss = bc
-        if value_coef:
-            value = 0.5 * (policy.value(batch[keys.OBS]) - batch[keys.MC_RETURN]).square().mean()
-            loss = bc + value_coef * value
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-    return {"bc_loss": bc.detach().item(), "value_loss": float(value.detach())}
+def bc_step(policy, optimizer: torch.optim.Optimizer, batch: TensorDict, value_coef: float = 0.0) -> dict[str, torch.Tensor]:
+    """One Adam step on policy.bc_loss (+ value_coef * 0.5 (V - G)^2); the losses, detached."""
+    bc = policy.bc_loss(batch)
+    loss, losses = bc, {"bc_loss": bc.detach()}
+    if value_coef:
+        value = 0.5 * (policy.value(batch[keys.OBS]) - batch[keys.MC_RETURN]).square().mean()
+        loss, losses["value_loss"] = bc + value_coef * value, value.detach()
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return losses
 
 
-class ImitationTrainer(Trainer):
-    def __init__(self, config: dict[str, Any], run_dir: Path):
-        super().__init__(config, run_dir)
-        self.imitation = build_config(ImitationConfig, config["imitation"], "imitation")
-
-    def learn(self) -> dict[str, Any]:
-        cfg, stage = self.imitation, self.run_dir / "bc"
-        final = stage / "checkpoints" / "final"
-        if (final / "model.safetensors").exists():
-            if self.iteration == 0:
-                self.policy.load_state_dict(checkpoint.load_model(final, self.device))
-            summary = json.loads((stage / "summary.json").read_text())
-        else:
-            summary = self.imitate(stage)
-        if not cfg.finetune:
-            return {"run_dir": str(self.run_dir), "env_steps": 0, **summary}
-        rl = super().learn()
-        return {**{f"bc/{k}": v for k, v in summary.items() if k.startswith("eval/")}, **rl}
-
-    def imitate(self, stage: Path) -> dict[str, Any]:
-        cfg, seed = self.imitation, self.config["seed"]
-        start = time.perf_counter()
-        generator = torch.Generator().manual_seed(seed)
-        env = make_env(self.config, cfg.episodes, self.device)
-        episodes = collect_episodes(env, load_expert(self.config["env"]["name"]), seed=seed + 2_000_003)
-        gamma = float(self.config["algo"].get("gamma", 0.99))
-        dataset = chunk_dataset(episodes, self.policy.config.horizon, gamma)
-        if hasattr(self.policy, "fit_normalizers"):
-            self.policy.fit_normalizers(dataset)
-        metrics = train_bc(self.policy, dataset, cfg.updates, cfg.batch_size, cfg.lr, cfg.value_coef, generator)
-        if cfg.distill_updates:
-            from policies.diffusion.distill import distill, teacher_observations  # only diffusion has a student
-
-            visited = teacher_observations(self.policy, env, seed=seed + 3_000_017)
-            observations = torch.cat([dataset.select(keys.OBS), visited])
-            metrics.update(distill(self.policy, observations, cfg.distill_updates, cfg.batch_size, cfg.lr, generator))
-            metrics["distill_rows"] = observations.batch_size[0]
-        summary = {"train_seconds": time.perf_counter() - start, "demo_rows": dataset.batch_size[0],
-                   "demo_success": float(episodes[keys.SUCCESS][0].float().mean()), **metrics}
-        if cfg.eval_episodes:
-            result = self.evaluate(cfg.eval_episodes)
-            summary.update({f"eval/{k}": v for k, v in result.items()})
-        stage.mkdir(parents=True, exist_ok=True)
-        checkpoint.save_checkpoint(stage / "checkpoints" / "final", self.policy.state_dict(), summary, self.config)
-        (stage / "summary.json").write_text(json.dumps(summary, indent=1))
-        print("imitation: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                                        for k, v in summary.items()), flush=True)
-        return summary
+def bc_optimizer(policy, config: BCConfig):
+    """Adam over every parameter (those bc_loss and the value term leave without a gradient do not move) and the
+    configured learning-rate schedule."""
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
+    if config.lr_schedule == "cosine":
+        return optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(config.updates, 1))
+    return optimizer, None

@@ -45,7 +45,7 @@ import yaml
 from embodied import keys, registry
 from embodied.config import check
 from embodied.runner import checkpoint
-from embodied.runner.trainer import make_policy
+from embodied.build import make_policy
 
 ROBOT_PRESETS = Path(__file__).resolve().parents[2] / "configs" / "robot"
 # what the twin switches off: it must never end or randomize an episode by itself

@@ -4,9 +4,9 @@
     loop.run(total_env_steps, on_eval)      # calls on_eval(record) every eval_every env steps
 
 Each collect steps every env once (N transitions, with the true next
-observation); after the warm-up, N * utd_ratio gradient steps follow (a
-fractional ratio carries over), the actor stepping once per round(utd_ratio)
-critic steps (RLPD, Ball et al. 2023, Alg. 1). Before
+observation); after the warm-up, N * utd_ratio gradient steps follow on the
+update-to-data schedule the correction session's learner uses too
+(embodied/algorithms/utd.py: RLPD, Ball et al. 2023, Alg. 1). Before
 `random_steps` actions are uniform (online RL from scratch, as SAC and RLPD
 start); during `warmup_steps` the pretrained policy acts but nothing is updated
 (WSRL, Zhou et al. 2024, "Efficient Online RL Fine-Tuning Need Not Retain Offline
@@ -22,6 +22,7 @@ from typing import Any, Callable
 import torch
 from tensordict import TensorDict
 
+from embodied.algorithms.utd import UpdateSchedule
 from embodied.config import check
 from embodied.data.replay import ReplayBuffer, transitions_from_rollout
 from embodied.envs import VecEnv
@@ -31,14 +32,25 @@ from embodied.runner.evaluate import evaluate
 from embodied.runner.trainer import whole_budget
 
 
+# the named online-stage settings: share of each batch from the offline data, warm-up env steps before updates
+RECIPES = {
+    # RLPD (Ball et al. 2023): offline and online data sampled 50/50 in every batch, updates from the first step
+    "rlpd": {"offline_fraction": 0.5, "warmup_steps": 0},
+    # WSRL (Zhou et al. 2024, "Efficient Online RL Fine-Tuning Need Not Retain Offline Data", Sec. 5): no offline
+    # data retained; 5,000 env steps of the pretrained policy's own rollouts re-seed the buffer before any update
+    "wsrl": {"offline_fraction": 0.0, "warmup_steps": 5_000},
+}
+
+
 @dataclass(frozen=True)
 class OnlineConfig:
     """The online stage of a pipeline (the off-policy loop)."""
 
+    recipe: str | None = None  # a named setting (RECIPES: rlpd, wsrl) that fills the two fields below when unset
     # share of each batch drawn from the offline data (RLPD 0.5; WSRL 0); 0 = online only, as without demos
-    offline_fraction: float = 0.0
+    offline_fraction: float | None = None  # None: the recipe's, else 0.0
     random_steps: int = 0  # env steps of uniform random actions first (SAC from scratch: 5,000 in SB3's zoo)
-    warmup_steps: int = 0  # env steps of pretrained-policy rollouts before any update (WSRL: 5,000)
+    warmup_steps: int | None = None  # env steps of pretrained-policy rollouts before any update; None: the recipe's, else 0
     # first updates that train the critic only, the actor frozen: on arm reach, online updates from a fresh
     # critic unlearned a behaviour-cloned policy within 2k env steps (48% -> 2% success) before relearning
     critic_warmup_updates: int = 0
@@ -47,6 +59,14 @@ class OnlineConfig:
     eval_episodes: int = 100  # deterministic episodes per evaluation
 
     def __post_init__(self):
+        check(self.recipe is None or self.recipe in RECIPES,
+              f"pipeline.online.recipe={self.recipe!r}: choose one of {', '.join(RECIPES)} (or leave it unset)")
+        named = RECIPES.get(self.recipe, {"offline_fraction": 0.0, "warmup_steps": 0})
+        for key, value in named.items():
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, value)  # frozen: the recipe's value, once, at construction
+        check(not (self.recipe == "wsrl" and self.offline_fraction),
+              f"pipeline.online.recipe=wsrl retains no offline data: offline_fraction={self.offline_fraction} must be 0")
         check(0.0 <= self.offline_fraction <= 1.0, f"online.offline_fraction={self.offline_fraction} must be in [0, 1]")
         check(min(self.random_steps, self.warmup_steps, self.critic_warmup_updates) >= 0,
               "online.random_steps, warmup_steps and critic_warmup_updates must be >= 0")
@@ -80,14 +100,14 @@ class OffPolicyLoop:
         self.random_policy = UniformPolicy(spec.low, spec.high, spec.shape, env.device)
         self.collector = Collector(env, policy, steps=1, keep_next_obs=True)
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
-        self.env_steps, self.updates, self.train_time, self.update_credit = 0, 0, 0.0, 0.0
+        self.schedule = UpdateSchedule(algo.config.utd_ratio, config.critic_warmup_updates)
+        self.env_steps, self.train_time = 0, 0.0
         self._metrics: dict[str, tuple[torch.Tensor, int]] = {}
 
     def run(self, total_env_steps: int, on_eval: Callable[[dict], None]) -> None:
         cfg, algo = self.config, self.algo
         total_env_steps = whole_budget(total_env_steps, self.env.num_envs, "train.num_envs (one step each per collect)")
-        batch_size, utd = algo.config.batch_size, algo.config.utd_ratio
-        actor_every = max(1, round(utd))
+        batch_size = algo.config.batch_size
         if self.collector.obs is None:
             self.collector.reset(seed=self.seed)
         next_eval = (self.env_steps // cfg.eval_every + 1) * cfg.eval_every
@@ -100,13 +120,9 @@ class OffPolicyLoop:
             self.buffer.extend(transitions_from_rollout(rollout))
             self.env_steps += rollout.numel()
             if self.env_steps > cfg.random_steps + cfg.warmup_steps and len(self.buffer) >= batch_size:
-                self.update_credit += rollout.numel() * utd  # a fractional ratio carries over to the next collect
-                while self.update_credit >= 1.0:
-                    self.update_credit -= 1.0
-                    self.updates += 1
-                    batch = self.sampler.sample(batch_size, self.generator)
-                    actor = self.updates > cfg.critic_warmup_updates and self.updates % actor_every == 0
-                    self._accumulate(algo.update(batch, update_actor=actor))
+                self.schedule.pay(rollout.numel())
+                for actor in self.schedule.due():
+                    self._accumulate(algo.update(self.sampler.sample(batch_size, self.generator), update_actor=actor))
             self.train_time += time.perf_counter() - start
             if self.env_steps >= next_eval or self.env_steps >= total_env_steps:
                 next_eval += cfg.eval_every
@@ -114,7 +130,7 @@ class OffPolicyLoop:
 
     def evaluate(self) -> dict[str, Any]:
         result = evaluate(self.policy, self.eval_env, seed=self.seed + 1_000_003)
-        record = {"env_steps": self.env_steps, "updates": self.updates, "time": round(self.train_time, 3)}
+        record = {"env_steps": self.env_steps, "updates": self.schedule.updates, "time": round(self.train_time, 3)}
         record.update({f"eval/{k}": v for k, v in result.items()})
         record.update({f"train/{k}": v for k, v in self.collector.pop_episode_stats().items()})
         record.update({f"algo/{k}": float(total) / count for k, (total, count) in self._metrics.items()})
@@ -128,8 +144,8 @@ class OffPolicyLoop:
             self._metrics[k] = (total + v.detach(), count + 1)
 
     def state_dict(self) -> dict:
-        return {"env_steps": self.env_steps, "updates": self.updates, "train_time": self.train_time,
-                "update_credit": self.update_credit, "collector": self.collector.state_dict(),
+        return {"env_steps": self.env_steps, "train_time": self.train_time, **self.schedule.state_dict(),
+                "collector": self.collector.state_dict(),
                 "buffer": self.buffer.state_dict(), "generator": self.generator.get_state(),
                 "torch_rng": torch.get_rng_state(), "algo": self.algo.state_dict(), **self._env_state()}
 
@@ -141,8 +157,8 @@ class OffPolicyLoop:
 
     def load_state_dict(self, state: dict) -> None:
         device = self.env.device
-        self.env_steps, self.updates, self.train_time = state["env_steps"], state["updates"], state["train_time"]
-        self.update_credit = state["update_credit"]
+        self.env_steps, self.train_time = state["env_steps"], state["train_time"]
+        self.schedule.load_state_dict(state)
         if "env" in state:
             self.env.set_state({k: v.to(device) for k, v in state["env"].items()})
             self.collector.load_state_dict({k: v.to(device) for k, v in state["collector"].items()})

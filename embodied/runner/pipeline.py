@@ -1,4 +1,4 @@
-"""The staged pipeline: demonstrations -> bc -> offline RL -> online RL, as named stages of one run.
+"""The staged pipeline: data -> bc -> offline RL -> online RL, as named stages of one run.
 
     pipeline = Pipeline(config, run_dir)    # config: a run config with a `pipeline` section (none: its defaults)
     summary = pipeline.learn()              # runs the stages not yet finished, evaluates, plots
@@ -8,18 +8,23 @@ The run directory holds `config.yaml` and one folder per stage, `bc/`,
 `offline/`, `online/`, each with `metrics.jsonl` and `checkpoints/{latest,final}`.
 A stage with a final checkpoint is done: resuming loads its weights and moves
 on; a stage with only `latest` continues from it. Every stage trains the same
-policy, so weights flow from imitation to offline RL (`pipeline.offline.algo`:
-Cal-QL or IQL) to online RL (the run's `algo`: SAC or RLPD; WSRL is the online
-stage with `offline_fraction: 0` and `warmup_steps > 0`; an on-policy algo, `algo=ppo`
-with `policy=mlp`, fine-tunes through the ordinary `Trainer` loop in `online/`). Demonstrations come
-from `data=` (episode stores: a correction session's, a recording, an import; embodied/data/sources.py)
-or from the env's scripted expert (`embodied.demos.EXPERTS`), regenerated from the run's seed, so
-a resumed run sees the same data.
+policy, so weights flow from imitation (`pipeline.bc`, embodied/runner/bc.py) to
+offline RL (`pipeline.offline.algo`: Cal-QL or IQL; chunked TD when the policy
+acts in chunks) to online RL (the run's `algo`: SAC or RLPD, `pipeline.online.recipe`
+names RLPD's or WSRL's settings; an on-policy algo, PPO, fine-tunes through the
+ordinary `Trainer` loop in `online/`; `train.total_env_steps: 0` ends after the
+offline stages). The data is `data=` (episode stores: a correction session's, a
+recording, a LeRobot dataset; embodied/data/sources.py) or, with
+`pipeline.demos.episodes`, the env's scripted expert recorded into the run's own
+`demos.zarr` first (embodied/data/record.py, the collector `embodied record` uses),
+from the run's seed, so a resumed run sees the same data. Either way every stage
+reads the data as windows of the policy's action horizon, streamed from the store.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,42 +32,32 @@ from typing import Any
 
 import torch
 import yaml
-from tensordict import TensorDict
 
-from embodied import keys, registry
-from embodied.algorithms.advantages import discounted_returns
+from embodied import keys
 from embodied.algorithms.sac import check_actor_critic
+from embodied.build import make_algo, make_env, make_policy, needs
 from embodied.config import ConfigError, build_config, check
+from embodied.data.record import record
 from embodied.data.replay import MixedSampler, ReplayBuffer
-from embodied.data.sources import load_transitions
-from embodied.demos import EXPERTS, load_expert
+from embodied.data.sources import open_data
 from embodied.device import resolve_device
 from embodied.runner import checkpoint
+from embodied.runner.bc import BCConfig, bc_optimizer, bc_step
 from embodied.runner.evaluate import evaluate
 from embodied.runner.logger import RunLogger, plot_curve, read_metrics
 from embodied.runner.offpolicy import OffPolicyLoop, OnlineConfig
-from embodied.runner.trainer import TrainConfig, Trainer, make_env, make_policy
+from embodied.runner.trainer import TrainConfig, Trainer
 
 STAGES = ("bc", "offline", "online")
 
 
 @dataclass(frozen=True)
 class DemoConfig:
-    episodes: int = 0  # scripted-expert episodes collected before the first stage; 0 = no offline data
+    episodes: int = 0  # scripted-expert episodes recorded before the first stage; 0 = no expert data
     action_noise: float = 0.0  # std of Gaussian noise added to the expert's actions (suboptimal demos)
 
     def __post_init__(self):
         check(self.episodes >= 0 and self.action_noise >= 0, "pipeline.demos.episodes and action_noise must be >= 0")
-
-
-@dataclass(frozen=True)
-class BCConfig:
-    updates: int = 0  # gradient steps of policy.bc_loss on the demos; 0 = skip the stage
-    lr: float = 3e-4  # Adam step
-    batch_size: int = 256
-
-    def __post_init__(self):
-        check(self.updates >= 0 and self.lr > 0 and self.batch_size >= 1, "pipeline.bc: updates >= 0, lr > 0, batch_size >= 1")
 
 
 @dataclass(frozen=True)
@@ -84,39 +79,28 @@ class PipelineConfig:
     online: OnlineConfig = field(default_factory=OnlineConfig)
 
 
-def _params(node: dict) -> dict:
-    return {k: v for k, v in node.items() if k != "name"}
+def runner_class(config_or_run_dir: dict | str | Path) -> type:
+    """The runner of a config, or of a run directory by the config saved there: `Pipeline` for a `pipeline`
+    section or an algo that learns from replay (SAC, RLPD: its online stage alone, from the pipeline's
+    defaults), else `Trainer`."""
+    config = config_or_run_dir if isinstance(config_or_run_dir, dict) else _saved_config(Path(config_or_run_dir))
+    if config.get("imitation"):
+        raise ConfigError("the `imitation:` section is now `pipeline:` (demos.episodes, bc.updates/lr/batch_size/"
+                          "value_coef/distill_updates, bc.lr_schedule: cosine; train.total_env_steps: 0 for BC "
+                          "alone): see configs/experiment/arm_reach_diffusion_ppo.yaml")
+    if config.get("pipeline") or ("algo" in config and needs(config["algo"]["name"], "needs_replay")):
+        return Pipeline
+    return Trainer
 
 
-@torch.no_grad()
-def collect_demos(env, obs: TensorDict, expert, action_noise: float, gamma: float,
-                  generator: torch.Generator) -> TensorDict:
-    """One episode per env from `obs` (just reset), the expert acting (plus Gaussian noise):
-    transitions [M] as `transitions_from_rollout` gives them, plus `mc_return` (discounted return-to-go)."""
-    n = env.num_envs
-    live = torch.ones(n, dtype=torch.bool, device=env.device)
-    steps = []
-    for _ in range(env.max_episode_steps):
-        action = expert(env)
-        if action_noise:
-            noise = torch.randn(action.shape, generator=generator).to(action.device)
-            action = (action + action_noise * noise).clamp(env.action_spec.low, env.action_spec.high)
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        done = terminated | truncated
-        true_next = next_obs.clone()
-        true_next[done] = info["final_obs"][done]  # auto-reset replaced the finished episodes' last observation
-        steps.append(TensorDict({
-            keys.OBS: obs, keys.NEXT_OBS: true_next, keys.ACTION: action, keys.REWARD: reward,
-            keys.TERMINATED: terminated, keys.TRUNCATED: truncated, "live": live.clone(),
-        }, batch_size=[n]))
-        live &= ~done
-        obs = next_obs
-        if not live.any():
-            break
-    rollout = torch.stack(steps)  # [T, N]
-    done = rollout[keys.TERMINATED] | rollout[keys.TRUNCATED]
-    rollout[keys.MC_RETURN] = discounted_returns(rollout[keys.REWARD], done, gamma)
-    return rollout[rollout["live"]].exclude("live")
+def _saved_config(run_dir: Path) -> dict:
+    """A run directory's config: the pipeline writes it at the top, a Trainer in its checkpoints (latest.old: the
+    checkpoint resume falls back to when a crash left no latest, checkpoint.py); {} when there is none."""
+    latest = run_dir / "checkpoints" / "latest"
+    for path in (run_dir / "config.yaml", latest / "config.yaml", latest.with_name("latest.old") / "config.yaml"):
+        if path.exists():
+            return yaml.safe_load(path.read_text()) or {}
+    return {}
 
 
 class Pipeline:
@@ -127,7 +111,7 @@ class Pipeline:
         self.train_cfg = build_config(TrainConfig, config["train"], "train")
         check(isinstance(config["seed"], int), f"seed={config['seed']!r} must be an int")
         data = config.get("data") or []
-        self.data = [data] if isinstance(data, str) else list(data)  # episode stores: the demos instead of an expert
+        self.data = [data] if isinstance(data, str) else list(data)  # episode stores and LeRobot datasets
         check(not (self.data and self.cfg.demos.episodes),
               "data= and pipeline.demos.episodes > 0 both give demonstrations: set pipeline.demos.episodes=0 to "
               "train from data=")  # fmt: skip
@@ -135,26 +119,31 @@ class Pipeline:
             check(self.cfg.demos.episodes > 0 or bool(self.data),
                   "pipeline.bc / pipeline.offline / online.offline_fraction > 0 need demonstrations: "
                   "data=<episode store> or pipeline.demos.episodes > 0 (the scripted expert)")
-        if self.cfg.demos.episodes and config["env"]["name"] not in EXPERTS:
-            raise ConfigError(f"pipeline.demos: env {config['env']['name']!r} has no scripted expert; "
-                              f"envs with one: {', '.join(sorted(EXPERTS))}")
         torch.set_num_threads(int(config["threads"]))
         torch.manual_seed(config["seed"])
         self.device = resolve_device(config["device"])
         self.env = make_env(config, self.train_cfg.num_envs, self.device)
+        if self.cfg.demos.episodes and not hasattr(self.env, "expert_action"):
+            raise ConfigError(f"pipeline.demos: env {config['env']['name']!r} has no scripted expert "
+                              "(an `expert_action` method); record data another way and train with data=<store>")
         self.policy = make_policy(config, self.env)
+        self.horizon = int(getattr(self.policy.config, "horizon", 1))  # action rows per window
+        if self.cfg.bc.distill_updates and not hasattr(self.policy, "distill_student"):
+            raise ConfigError(f"pipeline.bc.distill_updates: policy {config['policy']['name']!r} has no one-step "
+                              "student to distill (diffusion has)")
         # built here, before any stage seeds the random stream: building an env draws from it
         self.eval_env = make_env(config, self.cfg.online.eval_episodes, self.device)
         self.offline_algo_params = dict(self.cfg.offline.algo)
         # an unknown name, or a policy the algo cannot train, fails now rather than after BC
         offline = [self.offline_algo_params["name"]] if self.cfg.offline.updates else []
-        for name in [config["algo"]["name"], *offline]:
-            if getattr(registry.resolve("algo", name), "needs_replay", False):
+        online = [config["algo"]["name"]] if self.train_cfg.total_env_steps else []
+        for name in [*online, *offline]:
+            if needs(name, "needs_replay"):
                 try:
                     check_actor_critic(self.policy, name)
                 except ValueError as err:
                     raise ConfigError(str(err)) from None
-        registry.resolve("algo", self.offline_algo_params["name"])
+        needs(self.offline_algo_params["name"], "needs_replay")  # resolves the name: an unknown one fails here
         self.generator = torch.Generator().manual_seed(config["seed"])
 
     @classmethod
@@ -182,9 +171,9 @@ class Pipeline:
         if not config_path.exists():
             config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
         start = time.perf_counter()
-        demos = self.make_demos() if self.cfg.demos.episodes or self.data else None
         todo = {"bc": self.cfg.bc.updates, "offline": self.cfg.offline.updates, "online": self.train_cfg.total_env_steps}
-        online_steps = 0
+        paths = self.data_paths() if self.cfg.demos.episodes or self.data else []
+        online_steps, summary = 0, {"run_dir": str(self.run_dir)}
         for index, stage in enumerate(STAGES):
             final = checkpoint.usable(self.run_dir / stage / "checkpoints" / "final")
             if final is not None:
@@ -198,12 +187,16 @@ class Pipeline:
             torch.manual_seed(self.config["seed"] + 7919 * (index + 1))
             self.generator.manual_seed(self.config["seed"] + 7919 * (index + 1))
             if stage == "bc":
-                self.run_bc(demos)
+                self.run_bc(paths)
             elif stage == "offline":
-                self.run_offline(demos)
+                self.run_offline(paths)
             else:
-                online_steps = self.run_online(demos)
-        summary = {"run_dir": str(self.run_dir), "env_steps": online_steps, "train_seconds": time.perf_counter() - start}
+                online_steps = self.run_online(paths)
+        for stage in ("bc", "offline"):  # each stage's last evaluation, next to the final one
+            last = [r for r in read_metrics(self.run_dir / stage) if "eval/success" in r]
+            if last:
+                summary[f"{stage}/eval/success"] = last[-1]["eval/success"]
+        summary.update({"env_steps": online_steps, "train_seconds": time.perf_counter() - start})
         if self.train_cfg.eval_episodes:
             env = make_env(self.config, self.train_cfg.eval_episodes, self.device)
             result = evaluate(self.policy, env, seed=self.config["seed"] + 1_000_003)
@@ -211,39 +204,62 @@ class Pipeline:
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         return summary
 
-    def make_demos(self) -> TensorDict:
-        gamma = float(self.offline_algo_params.get("gamma", 0.99))
+    def data_paths(self) -> list[Path | str]:
+        """The run's data: `data=`, or the scripted expert's episodes recorded once into `<run>/demos.zarr`
+        (from a seed the training and evaluation envs never use; written aside and renamed into place, so an
+        interrupted recording is redone, never half-used)."""
         if self.data:
-            demos = load_transitions(self.data, self.env.observation_spec, self.env.action_spec, gamma)
-            print(f"data: {demos.numel():,} transitions from {', '.join(map(str, self.data))}", flush=True)
-            return demos.to(self.device)
-        cfg = self.cfg.demos
-        expert = load_expert(self.config["env"]["name"])
-        env = make_env(self.config, cfg.episodes, self.device)
-        obs, _ = env.reset(seed=self.config["seed"] + 2_000_003)  # demo episodes differ from train and eval ones
-        return collect_demos(env, obs, expert, cfg.action_noise, gamma, torch.Generator().manual_seed(self.config["seed"]))
+            return self.data
+        cfg, target = self.cfg.demos, self.run_dir / "demos.zarr"
+        if not target.exists():
+            partial = target.with_name("demos.partial.zarr")
+            shutil.rmtree(partial, ignore_errors=True)
+            env = make_env(self.config, cfg.episodes, self.device)
+            written = record(env, partial, cfg.episodes, seed=self.config["seed"] + 2_000_003,
+                             action_noise=cfg.action_noise, generator=torch.Generator().manual_seed(self.config["seed"]))
+            partial.rename(target)
+            print(f"demos: {written['episodes']} scripted-expert episodes, {written['frames']:,} frames, "
+                  f"{written['success']:.0%} successful -> {target}", flush=True)
+        return [target]
 
-    def run_bc(self, demos: TensorDict) -> None:
+    def open(self, paths: list, horizon: int = 1):
+        """The data as a source of windows of `horizon` action rows (embodied/data/sources.py)."""
+        gamma = float(self.offline_algo_params.get("gamma", 0.99))
+        return open_data(paths, self.env.observation_spec, self.env.action_spec, gamma, self.device, horizon=horizon)
+
+    def run_bc(self, paths: list) -> None:
         cfg, policy = self.cfg.bc, self.policy
-        buffer = _buffer(demos, self.device)
-        policy.observe(demos[keys.OBS])  # an in-network observation normalizer starts from the demos' statistics
-        params = policy.actor_params() if hasattr(policy, "actor_params") else list(policy.parameters())
-        optimizer = torch.optim.Adam(params, lr=cfg.lr)
-        (self.run_dir / "bc" / "metrics.jsonl").unlink(missing_ok=True)  # short: an interrupted BC stage starts over
+        source = self.open(paths, self.horizon)
+        print(f"data: {len(source):,} rows from {', '.join(map(str, paths))}", flush=True)
+        if cfg.rows == "interventions":  # HG-DAgger: imitate only what the operator corrected
+            source = source.interventions()
+            check(source is not None, f"pipeline.bc.rows=interventions: {', '.join(map(str, paths))} hold no "
+                  "intervention rows (is_intervention); train on every row with pipeline.bc.rows=all")
+        columns = source.columns()  # every row's state and action (no images): the normalizers' statistics
+        if hasattr(policy, "fit_normalizers"):
+            policy.fit_normalizers(columns)
+        else:
+            policy.observe(columns[keys.OBS])  # an in-network observation normalizer starts from the demos'
+        optimizer, schedule = bc_optimizer(policy, cfg)
+        stage_dir = self.run_dir / "bc"
+        (stage_dir / "metrics.jsonl").unlink(missing_ok=True)  # short: an interrupted BC stage starts over
         for update in range(1, cfg.updates + 1):
-            loss = policy.bc_loss(buffer.sample(cfg.batch_size, self.generator))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            if update % 500 == 0 or update == cfg.updates:
-                _log(self.run_dir / "bc", {"update": update, "bc_loss": loss.item(), **self._eval("eval")})
+            losses = bc_step(policy, optimizer, source.sample(cfg.batch_size, self.generator), cfg.value_coef)
+            if schedule is not None:
+                schedule.step()
+            if update % cfg.eval_every == 0 or update == cfg.updates:
+                _log(stage_dir, {"update": update, **{k: float(v) for k, v in losses.items()}, **self._eval("eval")})
+        if cfg.distill_updates:
+            metrics = policy.distill_student(source, self.env, cfg.distill_updates, cfg.batch_size, cfg.lr,
+                                             self.generator, seed=self.config["seed"] + 3_000_017)  # fmt: skip
+            _log(stage_dir, {"update": cfg.updates, **metrics, **self._eval("eval")})
         self._save("bc", "final", {"updates": cfg.updates})
 
-    def run_offline(self, demos: TensorDict) -> None:
+    def run_offline(self, paths: list) -> None:
         cfg = self.cfg.offline
-        params = self.offline_algo_params
-        algo = registry.build("algo", params["name"], _params(params), policy=self.policy)
-        buffer, update = _buffer(demos, self.device), 0
+        algo = make_algo(self.offline_algo_params, self.policy)
+        source = self.open(paths, self.horizon)  # windows of H actions: chunked TD where the policy acts in chunks
+        update = 0
         latest = checkpoint.usable(self.run_dir / "offline" / "checkpoints" / "latest")
         if latest is not None:
             self.policy.load_state_dict(checkpoint.load_model(latest, self.device))
@@ -253,7 +269,7 @@ class Pipeline:
             update = state["updates"]
             _truncate(self.run_dir / "offline", "update", update)
         while update < cfg.updates:
-            metrics = algo.update(buffer.sample(algo.config.batch_size, self.generator))
+            metrics = algo.update(source.sample(algo.config.batch_size, self.generator))
             update += 1
             if update % cfg.eval_every == 0 or update == cfg.updates:
                 record = {"update": update, **{f"algo/{k}": float(v) for k, v in metrics.items()}, **self._eval("eval")}
@@ -265,11 +281,11 @@ class Pipeline:
             final_state["log_alpha"] = algo.log_alpha.detach().clone()  # the online SAC starts from it
         self._save("offline", "final", final_state)
 
-    def run_online(self, demos: TensorDict | None) -> int:
-        if not getattr(registry.resolve("algo", self.config["algo"]["name"]), "needs_replay", False):
+    def run_online(self, paths: list) -> int:
+        if not needs(self.config["algo"]["name"], "needs_replay"):
             return self.run_online_on_policy()
         cfg, config = self.cfg.online, self.config
-        algo = registry.build("algo", config["algo"]["name"], _params(config["algo"]), policy=self.policy)
+        algo = make_algo(config["algo"], self.policy)
         offline_final = checkpoint.usable(self.run_dir / "offline" / "checkpoints" / "final")
         if hasattr(algo, "log_alpha") and offline_final is not None:
             # WSRL starts online RL from the whole pretrained agent: a temperature reset to its initial
@@ -280,9 +296,8 @@ class Pipeline:
                     algo.log_alpha.copy_(log_alpha)
         online = ReplayBuffer(cfg.buffer_capacity, self.device)
         sampler = online
-        if demos is not None and cfg.offline_fraction > 0:
-            offline = _buffer(demos.exclude(keys.MC_RETURN), self.device)
-            sampler = MixedSampler({"offline": offline, "online": online},
+        if paths and cfg.offline_fraction > 0:
+            sampler = MixedSampler({"offline": _Transitions(self.open(paths)), "online": online},
                                    {"offline": cfg.offline_fraction, "online": 1.0 - cfg.offline_fraction})
         loop = OffPolicyLoop(self.env, self.policy, algo, online, sampler, cfg, self.eval_env, config["seed"])
         stage_dir = self.run_dir / "online"
@@ -315,7 +330,8 @@ class Pipeline:
         else:
             # the pipeline evaluates at the end; the inner loop only for a curve (train.eval_every)
             episodes = self.cfg.online.eval_episodes if self.train_cfg.eval_every else 0
-            trainer = Trainer({**self.config, "train": {**self.config["train"], "eval_episodes": episodes}}, stage_dir)
+            trainer = Trainer({**self.config, "data": None,
+                               "train": {**self.config["train"], "eval_episodes": episodes}}, stage_dir)  # fmt: skip
             trainer.policy.load_state_dict(self.policy.state_dict())
         trainer.learn()
         self.policy.load_state_dict(trainer.policy.state_dict())
@@ -331,10 +347,20 @@ class Pipeline:
         checkpoint.save_checkpoint(path, self.policy.state_dict(), state, self.config)
 
 
-def _buffer(transitions: TensorDict, device: torch.device) -> ReplayBuffer:
-    buffer = ReplayBuffer(transitions.batch_size[0], device)
-    buffer.extend(transitions)
-    return buffer
+class _Transitions:
+    """A data source's rows as the online buffer holds them (RLPD mixes both in one batch): a transition's keys only,
+    without the data's extras (mc_return, success, is_intervention)."""
+
+    KEYS = (keys.OBS, keys.NEXT_OBS, keys.ACTION, keys.REWARD, keys.TERMINATED, keys.TRUNCATED)
+
+    def __init__(self, source):
+        self.source = source
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def sample(self, n: int, generator: torch.Generator):
+        return self.source.sample(n, generator).select(*self.KEYS)
 
 
 def _truncate(stage_dir: Path, counter: str, value: int) -> None:

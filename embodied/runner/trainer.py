@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
-from embodied import registry
 from embodied.algorithms.losses import NonFiniteLossError
+from embodied.build import make_algo, make_env, make_policy, needs
 from embodied.config import ConfigError, build_config, check
 from embodied.device import resolve_device
 from embodied.rollout import Collector
@@ -28,7 +27,7 @@ from embodied.runner.logger import RunLogger, plot_curve, truncate_metrics
 class TrainConfig:
     num_envs: int = 4096  # parallel envs in the training VecEnv
     rollout_steps: int = 16  # steps per env per update (rsl_rl num_steps_per_env uses 24 for legged robots)
-    total_env_steps: int = 10_000_000  # stop after this many env steps
+    total_env_steps: int = 10_000_000  # stop after this many env steps (0: a pipeline that ends after its offline stages)
     max_seconds: float | None = None  # also stop after this much training wall time (not reproducible); None = off
     checkpoint_every: int = 50  # iterations between checkpoints (and at the end)
     eval_episodes: int = 1000  # episodes of the final deterministic evaluation; 0 = skip
@@ -38,55 +37,12 @@ class TrainConfig:
     def __post_init__(self):
         check(self.num_envs >= 1, f"train.num_envs={self.num_envs} must be >= 1")
         check(self.rollout_steps >= 1, f"train.rollout_steps={self.rollout_steps} must be >= 1")
-        check(self.total_env_steps >= 1, f"train.total_env_steps={self.total_env_steps} must be >= 1")
+        check(self.total_env_steps >= 0, f"train.total_env_steps={self.total_env_steps} must be >= 0")
         check(self.max_seconds is None or self.max_seconds > 0, "train.max_seconds must be > 0 or null")
         check(self.checkpoint_every >= 1, "train.checkpoint_every must be >= 1")
         check(self.eval_episodes >= 0, "train.eval_episodes must be >= 0")
         check(self.eval_every >= 0, f"train.eval_every={self.eval_every} must be >= 0")
         check(not self.eval_every or self.eval_episodes, "train.eval_every needs train.eval_episodes > 0")
-
-
-def _params(node: dict) -> dict:
-    return {k: v for k, v in node.items() if k != "name"}
-
-
-def make_env(config: dict, num_envs: int, device: torch.device):
-    return registry.build("env", config["env"]["name"], _params(config["env"]), num_envs=num_envs, device=device)
-
-
-def make_policy(config: dict, env) -> torch.nn.Module:
-    policy = registry.build(
-        "policy", config["policy"]["name"], _params(config["policy"]),
-        observation_spec=env.observation_spec, action_spec=env.action_spec,
-    )
-    return policy.to(env.device)
-
-
-def trainer_class(config_or_run_dir: dict | str | Path) -> type:
-    """The runner of a config, or of a run directory by the config saved there: `ImitationTrainer` for an
-    `imitation` section, `Pipeline` for a `pipeline` section or an algo that learns from replay (SAC, RLPD:
-    its online stage alone, from the pipeline's defaults), else `Trainer`."""
-    from embodied.runner.pipeline import Pipeline
-
-    config = config_or_run_dir if isinstance(config_or_run_dir, dict) else _saved_config(Path(config_or_run_dir))
-    if config.get("imitation"):  # demos -> BC -> optional PPO fine-tuning (embodied/runner/bc.py)
-        from embodied.runner.bc import ImitationTrainer
-
-        return ImitationTrainer
-    replay = "algo" in config and getattr(registry.resolve("algo", config["algo"]["name"]), "needs_replay", False)
-    if config.get("pipeline") or replay:
-        return Pipeline
-    return Trainer
-
-
-def _saved_config(run_dir: Path) -> dict:
-    """A run directory's config: the pipeline writes it at the top, a Trainer in its checkpoints (latest.old: the
-    checkpoint resume falls back to when a crash left no latest, checkpoint.py); {} when there is none."""
-    latest = run_dir / "checkpoints" / "latest"
-    for path in (run_dir / "config.yaml", latest / "config.yaml", latest.with_name("latest.old") / "config.yaml"):
-        if path.exists():
-            return yaml.safe_load(path.read_text()) or {}
-    return {}
 
 
 def whole_budget(total: int, step: int, unit: str) -> int:
@@ -107,22 +63,23 @@ class Trainer:
         check(not config.get("data"), f"data={config.get('data')} feeds a pipeline's stages (bc, offline, online "
               "mixing); this run has none: use an experiment with a `pipeline` section, e.g. experiment=arm_reach_o2o")
         check(isinstance(config["seed"], int), f"seed={config['seed']!r} must be an int")
+        check(self.cfg.total_env_steps >= 1, "train.total_env_steps=0 trains nothing: on-policy training needs >= 1")
         torch.set_num_threads(int(config["threads"]))
         torch.manual_seed(config["seed"])
         self.device = resolve_device(config["device"])
         self.env = make_env(config, self.cfg.num_envs, self.device)
         self.policy = make_policy(config, self.env)
-        if getattr(registry.resolve("algo", config["algo"]["name"]), "needs_group_rollouts", False):
+        if needs(config["algo"]["name"], "needs_group_rollouts"):
             raise ConfigError(
                 f"algo={config['algo']['name']} trains from group rollouts (several episodes per initial state), "
                 "which env training does not collect; use algo=ppo here"
             )
-        if getattr(registry.resolve("algo", config["algo"]["name"]), "needs_replay", False):
+        if needs(config["algo"]["name"], "needs_replay"):
             raise ConfigError(
                 f"algo={config['algo']['name']} learns from a replay buffer, which this on-policy loop does not keep; "
-                "the off-policy loop trains it (trainer_class(config) picks Pipeline, as `embodied train` does)"
+                "the off-policy loop trains it (runner_class(config) picks Pipeline, as `embodied train` does)"
             )
-        self.algo = registry.build("algo", config["algo"]["name"], _params(config["algo"]), policy=self.policy)
+        self.algo = make_algo(config["algo"], self.policy)
         self.collector = Collector(self.env, self.policy, self.cfg.rollout_steps)
         self.iteration, self.env_steps, self.train_time = 0, 0, 0.0
         self.eval_envs: dict[int, Any] = {}  # evaluation envs by number of episodes

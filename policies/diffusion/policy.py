@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import torch
 
+from embodied import keys
 from embodied.config import check
 from embodied.specs import Spec
 from policies.common.chunk_policy import ChunkPolicy, ChunkPolicyConfig
@@ -120,6 +121,16 @@ class DiffusionPolicy(ChunkPolicy):
         return (pred - target).square()
 
     @torch.no_grad()
+    def distill_student(self, source, env, updates: int, batch_size: int, lr: float, generator: torch.Generator,
+                        seed: int) -> dict[str, float]:
+        """The pipeline's `bc.distill_updates`: consistency-distil the one-step student (policies/diffusion/distill.py)
+        on the data's observations plus those the DDIM sampler itself visits in `env` (one episode per env)."""
+        from policies.diffusion.distill import distill, teacher_observations
+
+        visited = teacher_observations(self, env, seed=seed)
+        observations = torch.cat([source.columns().select(keys.OBS), visited])
+        return {**distill(self, observations, updates, batch_size, lr, generator), "distill_rows": observations.batch_size[0]}
+
     def teacher_trajectory(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """Deterministic DDIM (eta = 0) from x_K [B, H, A]: every point [B, S + 1, H, A]."""
         points = [x]

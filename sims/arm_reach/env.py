@@ -185,6 +185,19 @@ class ArmReachEnv(VecEnv):
             obs = self._observe()
         return obs, reward, terminated, truncated, info
 
+    def expert_action(self) -> torch.Tensor:
+        """The scripted expert's action [N, A] (sims/arm_reach/scripted.py): demonstrations, `embodied record
+        --operator scripted` and the scripted correction operator act with it."""
+        from sims.arm_reach.scripted import scripted_action
+
+        return scripted_action(self)
+
+    def task_progress(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(distance still to go [N] m, fraction of the time limit used [N]): the end effector to the goal, from
+        the `privileged` observation (layout above: [3] distance / REACH, [9] step fraction)."""
+        privileged = obs["privileged"]
+        return privileged[:, 3] * kin.REACH, privileged[:, 9]
+
     def get_state(self) -> dict[str, torch.Tensor]:
         """A copy of every env's state and of the generator."""
         state = {name: getattr(self, name).clone() for name in self._state_names}

@@ -120,6 +120,7 @@ class MujocoArmConfig:
 
 
 class MujocoArmEnv(VecEnv):
+    TASK_HAS_CUBE = True  # task_progress counts the way to the cube (push, pick); reach has none
     """N Panda tabletop worlds; subclasses define the task."""
 
     Config = MujocoArmConfig
@@ -283,6 +284,23 @@ class MujocoArmEnv(VecEnv):
     def observe_state(self) -> torch.Tensor:
         """The full state [N, 31] of the current step, goal rows included, without rendering (scripted experts)."""
         return torch.from_numpy(self._state(self._quantities())).to(self.device)
+
+    def expert_action(self) -> torch.Tensor:
+        """The scripted expert's action [N, A] (sims/mujoco/scripted.py): demonstrations, `embodied record
+        --operator scripted` and the scripted correction operator act with it."""
+        from sims.mujoco.scripted import expert
+
+        return expert(self)
+
+    def task_progress(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(distance still to go [N] m, fraction of the time limit used [N]), what a person watching sees: the tcp
+        to the target, plus the tcp to the cube where one must first be reached (push, pick). The scripted
+        operator's rule (embodied/hil/operators.py) steps in when it stops shrinking."""
+        state = self.full_state(obs)  # [24:27] cube - tcp, [27:30] target - (cube or tcp); the goal may sit in privileged
+        distance = state[:, 27:30].norm(dim=-1)
+        if self.TASK_HAS_CUBE:
+            distance = distance + state[:, 24:27].norm(dim=-1)
+        return distance, torch.from_numpy(self.steps / self.max_episode_steps).to(distance)
 
     def full_state(self, obs) -> torch.Tensor:
         """The full state [N, 31] of an observation of this env: `state` itself, or with `goal_in_state=false`

@@ -29,6 +29,7 @@ class ReachConfig(MujocoArmConfig):
 
 
 class MujocoReachEnv(MujocoArmEnv):
+    TASK_HAS_CUBE = False
     Config = ReachConfig
     goal_relative_to = "tcp"
     templates = (

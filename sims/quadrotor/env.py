@@ -331,6 +331,13 @@ class _QuadrotorEnv(VecEnv):
                 "target": TARGET, "prev_action": PREV_ACTION, "motor_estimate": MOTOR_ESTIMATE,
                 "specific_force": SPECIFIC_FORCE}  # fmt: skip
 
+    def expert_action(self) -> torch.Tensor:
+        """The scripted expert's action [N, 4] (sims/quadrotor/scripted.py: a cascaded PD controller): demonstrations
+        and `embodied record --operator scripted` act with it."""
+        from sims.quadrotor.scripted import scripted_action
+
+        return scripted_action(self)
+
     def get_state(self) -> dict[str, torch.Tensor]:
         """Named [N, ...] copies of S plus "rng", the generator state. motor_speed is a fraction of max RPM;
         dr_scale holds the multipliers of the nominal mass, thrust coefficient and motor time constant;

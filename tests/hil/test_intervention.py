@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from embodied import keys, registry
-from embodied.hil.intervention import POLICY_ACTION, InterventionActor, hg_dagger_update, split_interventions
+from embodied.hil.intervention import POLICY_ACTION, InterventionActor, split_interventions
 from embodied.hil.learner import Learner, LearnerConfig
-from embodied.hil.operators import PROGRESS, DriftRule, scripted_operator
+from embodied.runner.bc import bc_step
+from embodied.hil.operators import DriftRule, scripted_operator
 from embodied.hil.rewind import SnapshotRewinder, TrajectoryRewinder
 from embodied.runner.offpolicy import UniformPolicy
 from real_robot.teleop.scripted import ScriptedOperator, ScriptedOperatorConfig
@@ -46,8 +47,8 @@ def test_operator_takes_over_where_rule_fires_and_actions_are_flagged():
 
 def test_scripted_arm_reach_operator_rescues_a_bad_policy_and_logs_rates():
     env = _arm(8, max_episode_steps=60)
-    actor = InterventionActor(env, ConstantPolicy(0.0), scripted_operator(env, "arm_reach", ScriptedOperatorConfig(
-        action_dim=4, min_steps=15, max_per_episode=4)))  # fmt: skip
+    actor = InterventionActor(env, ConstantPolicy(0.0), scripted_operator(env, {
+        "action_dim": 4, "min_steps": 15, "max_per_episode": 4}))  # fmt: skip
     plain = InterventionActor(_arm(8, max_episode_steps=60), ConstantPolicy(0.0),
                               ScriptedOperator(ScriptedOperatorConfig(action_dim=4), lambda o: None,
                                                lambda o: torch.zeros(8, dtype=torch.bool)))  # fmt: skip
@@ -67,7 +68,7 @@ def test_scripted_mujoco_operators_rescue_a_still_policy():
     for name, goal_in_state in (("mujoco_reach", True), ("mujoco_push", True), ("mujoco_reach", False)):
         env = registry.build("env", name, {"goal_in_state": goal_in_state}, num_envs=8)  # False: the goal in privileged
         dim = env.action_spec.shape[0]
-        operator = scripted_operator(env, name, ScriptedOperatorConfig(action_dim=dim, min_steps=15, max_per_episode=3))
+        operator = scripted_operator(env, {"action_dim": dim, "min_steps": 15, "max_per_episode": 3})
         actor = InterventionActor(env, ConstantPolicy(0.0, dim), operator)
         actor.reset(seed=1)
         for _ in range(120):
@@ -77,7 +78,7 @@ def test_scripted_mujoco_operators_rescue_a_still_policy():
 
 
 def test_drift_rule():
-    rule = DriftRule(lambda obs: PROGRESS["arm_reach"](None, obs))
+    rule = DriftRule(_arm(2).task_progress)
     priv = torch.zeros(2, 10)
     priv[:, 3] = torch.tensor([0.20, 0.20]) / REACH
     assert not rule({"privileged": priv}).any()
@@ -156,5 +157,6 @@ def test_learner_copies_interventions_into_the_demo_buffer_and_trains():
     assert learner.weights_due()
     loss0 = policy.bc_loss(learner.demos.sample(16)).item()
     opt = torch.optim.Adam(policy.actor_params(), lr=1e-2)
-    loss = hg_dagger_update(policy, learner.demos, opt, steps=30, batch_size=16)
+    for _ in range(30):  # HG-DAgger: BC steps on the aggregated operator labels
+        loss = bc_step(policy, opt, learner.demos.sample(16))["bc_loss"]
     assert loss < loss0

@@ -1,13 +1,15 @@
 """The reward classifier: trained on labelled arm-reach frames, it must find the success frames of
 held-out episodes and end a live episode at the goal (HIL-SERL's learned reward)."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
 from embodied import keys, registry
 from embodied.data.store import EpisodeStore
-from embodied.demos import LIVE, collect_episodes, load_expert
+from embodied.demos import LIVE, collect_episodes
 from embodied.hil.reward_classifier import (
     ClassifierReward,
     RewardClassifierConfig,
@@ -17,6 +19,7 @@ from embodied.hil.reward_classifier import (
     train_classifier,
 )
 from sims.arm_reach import kinematics as kin
+from sims.arm_reach.scripted import scripted_action
 
 
 class WrongBall:
@@ -40,13 +43,13 @@ def store(tmp_path_factory):
     """160 scripted arm-reach episodes as a session writes them: the even envs reach the instructed ball
     (success, label 1), the odd ones the wrong ball until the time limit (label 0); the last is unlabelled."""
     env = registry.build("env", "arm_reach", {"max_episode_steps": 40}, num_envs=160)
-    expert = load_expert("arm_reach")
     odd = (torch.arange(env.num_envs) % 2 == 1).unsqueeze(-1)
 
-    def operator_demo(env):
-        return torch.where(odd, expert(WrongBall(env)), expert(env))
+    class OperatorDemo:  # collect_episodes' policy: the expert, sent to the wrong ball in the odd envs
+        def act(self, obs, deterministic):
+            return SimpleNamespace(action=torch.where(odd, scripted_action(WrongBall(env)), env.expert_action()))
 
-    episodes = collect_episodes(env, operator_demo, seed=0)
+    episodes = collect_episodes(env, seed=0, policy=OperatorDemo())
     path = tmp_path_factory.mktemp("session") / "episodes.zarr"
     with EpisodeStore(path, mode="a") as writer:
         for n in range(env.num_envs):
@@ -87,10 +90,9 @@ def test_classifier_finds_held_out_success_frames_and_ends_episodes_at_the_goal(
     # a live episode whose own success never fires (hold_steps too long): the classifier ends it at the goal
     env = registry.build("env", "arm_reach", {"hold_steps": 150, "max_episode_steps": 160}, num_envs=1)
     wrapped = ClassifierReward(env, loaded)
-    expert = load_expert("arm_reach")
     obs, _ = wrapped.reset(seed=7)
     for _ in range(env.max_episode_steps):
-        obs, reward, terminated, truncated, info = wrapped.step(expert(env))
+        obs, reward, terminated, truncated, info = wrapped.step(env.expert_action())
         if bool(terminated[0] | truncated[0]):
             break
     assert bool(terminated[0]) and float(reward[0]) == 1.0 and bool(info[keys.SUCCESS][0])

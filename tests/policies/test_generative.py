@@ -8,8 +8,9 @@ import torch
 from tensordict import TensorDict
 
 from embodied import keys, registry
-from embodied.config import ConfigError
-from embodied.demos import LIVE, chunk_dataset, collect_episodes, load_expert
+from embodied.config import ConfigError, build_config
+from embodied.data.record import record
+from embodied.data.sources import open_data
 from policies.common.nets import gaussian_log_prob
 from policies.diffusion import DiffusionPolicy
 from policies.diffusion.schedule import cosine_alpha_bars, ddim_step, ddim_timesteps
@@ -186,28 +187,16 @@ def test_bc_needs_matching_chunks():
         policy.evaluate(env.reset(seed=0)[0], torch.zeros(5, 4), {})
 
 
-def test_chunk_dataset_windows_and_padding():
-    env = registry.build("env", "arm_reach", {}, num_envs=8)
-    episodes = collect_episodes(env, load_expert("arm_reach"), seed=0)
-    data = chunk_dataset(episodes, horizon=3, gamma=0.9, only_success=False)
-    assert data.batch_size[0] == int(episodes[LIVE].sum())
-    actions, live = episodes[keys.ACTION], episodes[LIVE]
-    rows = live.nonzero()  # (t, n) in the dataset's row order
-    last = torch.where(live, torch.arange(live.shape[0]).unsqueeze(1), -1).amax(0)
-    for r in torch.randperm(rows.shape[0])[:20].tolist():
-        t, n = rows[r].tolist()
-        for k in range(3):
-            assert torch.equal(data[keys.ACTION][r, k], actions[min(t + k, last[n]), n])
-    torch.testing.assert_close(data[keys.OBS, keys.STATE], episodes[keys.OBS, keys.STATE][live])
-
-
 @pytest.mark.parametrize("name", ["diffusion", "flow"])
-def test_bc_on_demos_lowers_the_loss(name):
+def test_bc_on_demos_lowers_the_loss(name, tmp_path):
     """200 Adam steps on expert chunks: the held-fixed evaluation loss falls by more than half."""
     env, policy = build(name, {"width": 64})
-    episodes = collect_episodes(registry.build("env", "arm_reach", {}, num_envs=16), load_expert("arm_reach"), seed=0)
-    data = chunk_dataset(episodes, policy.config.horizon, 0.99)
-    policy.fit_normalizers(data)
+    demo_env = registry.build("env", "arm_reach", {}, num_envs=16)
+    record(demo_env, tmp_path / "demos.zarr", episodes=16, seed=0)  # the pipeline's demos: a store, read as windows
+    source = open_data([tmp_path / "demos.zarr"], demo_env.observation_spec, demo_env.action_spec, 0.99,
+                       horizon=policy.config.horizon)
+    policy.fit_normalizers(source.columns())
+    data = source.sample(1024, torch.Generator().manual_seed(0))
 
     def held_out_loss():
         torch.manual_seed(123)
@@ -245,13 +234,12 @@ def test_ppo_update_through_the_stored_chain(name, params):
 
 def test_experiment_configs_compose():
     from embodied.cli import compose
-    from embodied.runner.bc import ImitationConfig
-    from embodied.runner.trainer import trainer_class
+    from embodied.runner.pipeline import PipelineConfig, runner_class
 
     for name in ("arm_reach_flow_ppo", "quadrotor_hover_diffusion_bc"):  # Hydra composes ~1-2 s each
         config = compose([f"experiment={name}"])
-        assert trainer_class(config).__name__ == "ImitationTrainer"
-        ImitationConfig(**config["imitation"])
+        assert runner_class(config).__name__ == "Pipeline"
+        build_config(PipelineConfig, config["pipeline"], "pipeline")
         env = registry.build("env", config["env"]["name"], {k: v for k, v in config["env"].items() if k != "name"})
         registry.build("policy", config["policy"]["name"], {k: v for k, v in config["policy"].items() if k != "name"},
                        observation_spec=env.observation_spec, action_spec=env.action_spec)

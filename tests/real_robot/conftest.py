@@ -7,7 +7,7 @@ import torch
 
 from embodied.cli import compose
 from embodied.runner import checkpoint
-from embodied.runner.trainer import make_env, make_policy
+from embodied.build import make_env, make_policy
 
 
 def save_untrained(run_dir: Path, experiment: str, seed: int = 0, zero_action: bool = False) -> Path:

@@ -11,7 +11,8 @@ from embodied.cli import compose
 from embodied.config import ConfigError
 from embodied.registry import MissingExtraError
 from embodied.runner.pipeline import Pipeline
-from embodied.runner.trainer import TrainConfig, Trainer, trainer_class
+from embodied.runner.pipeline import runner_class
+from embodied.runner.trainer import TrainConfig, Trainer
 
 TRAIN_DEFAULTS = dataclasses.asdict(TrainConfig())
 
@@ -32,7 +33,7 @@ def test_env_alone_starts_from_its_own_defaults(name, tmp_path):
     assert config["train"] == TRAIN_DEFAULTS
     small = {**config, "train": {**config["train"], "num_envs": 2}}  # the objects it builds, not 10M steps
     try:
-        trainer_class(small)(small, tmp_path)
+        runner_class(small)(small, tmp_path)
     except MissingExtraError as err:  # a backend not installed here: one line naming it and what to install
         assert "\n" not in str(err) and f"env {name!r}" in str(err)
     except ConfigError as err:  # an env that needs a setting (gym: its env.id) names the key
@@ -80,7 +81,7 @@ def test_a_budget_of_partial_iterations_is_announced(tmp_path, capsys):
 
 def test_off_policy_algo_without_a_pipeline_section_runs_the_pipeline(tmp_path):
     config = compose(["env=arm_reach", "policy=sac_mlp", "algo=sac"])
-    assert "pipeline" not in config and trainer_class(config) is Pipeline
+    assert "pipeline" not in config and runner_class(config) is Pipeline
     with pytest.raises(ConfigError, match="algo=sac trains .*policy=sac_mlp"):
         Pipeline(compose(["env=arm_reach", "algo=sac", "train.num_envs=2"]), tmp_path)
 

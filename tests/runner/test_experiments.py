@@ -7,9 +7,9 @@ from embodied import registry
 from embodied.cli import CONFIG_DIR, compose
 from embodied.config import build_config
 from embodied.registry import MissingExtraError
-from embodied.runner.bc import ImitationConfig
 from embodied.runner.pipeline import PipelineConfig
-from embodied.runner.trainer import TrainConfig, trainer_class
+from embodied.runner.pipeline import runner_class
+from embodied.runner.trainer import TrainConfig
 
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 
@@ -21,13 +21,10 @@ def test_experiment_config_is_valid(name):
     config = compose([f"experiment={name}"])
     train = build_config(TrainConfig, config["train"], "train")
     assert train.total_env_steps == config["train"]["total_env_steps"]
-    sections = {"imitation": ImitationConfig, "pipeline": PipelineConfig}
-    for section, cls in sections.items():
-        if section in config:
-            assert isinstance(build_config(cls, config[section], section), cls)
-    runner = {"imitation": "ImitationTrainer", "pipeline": "Pipeline"}
-    expected = next((runner[s] for s in sections if config.get(s)), "Trainer")
-    assert trainer_class(config).__name__ == expected
+    if "pipeline" in config:
+        assert isinstance(build_config(PipelineConfig, config["pipeline"], "pipeline"), PipelineConfig)
+    replay = getattr(registry.resolve("algo", config["algo"]["name"]), "needs_replay", False)
+    assert runner_class(config).__name__ == ("Pipeline" if config.get("pipeline") or replay else "Trainer")
     for group in ("env", "policy", "algo"):
         params = {k: v for k, v in config[group].items() if k != "name"}
         try:

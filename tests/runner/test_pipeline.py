@@ -16,8 +16,10 @@ from embodied.cli import compose
 from embodied.config import ConfigError
 from embodied.data.replay import SOURCE, MixedSampler
 from embodied.runner import checkpoint
+from embodied.data.store import EpisodeStore
 from embodied.runner.pipeline import Pipeline
-from embodied.runner.trainer import Trainer, trainer_class
+from embodied.runner.pipeline import runner_class
+from embodied.runner.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["experiment=arm_reach_o2o", "train.num_envs=8", "train.total_env_steps=96", "train.eval_episodes=8",
@@ -47,14 +49,21 @@ def test_stages_write_metrics_and_checkpoints(tmp_path, offline):
     # WSRL warm-up: no update during the first 32 env steps; then 8 envs x 0.25 = 2 updates per collect
     assert online[1]["updates"] == 0 and online[-1]["updates"] == (96 - 32) // 8 * 2
     assert "eval/success" in online[-1] and (tmp_path / "online" / "curve.png").exists()
-    assert (tmp_path / "config.yaml").exists() and trainer_class(str(tmp_path)) is Pipeline
+    assert (tmp_path / "config.yaml").exists() and runner_class(str(tmp_path)) is Pipeline
 
 
-def test_demos_hold_the_expert_episodes_with_mc_returns(tmp_path):
+def test_demos_are_recorded_once_into_the_run_and_read_as_data(tmp_path):
     pipeline = Pipeline(compose(TINY + ["pipeline.demos.action_noise=0.0"]), tmp_path)
-    demos = pipeline.make_demos()
+    (tmp_path / "demos.partial.zarr").mkdir(parents=True)  # a recording an earlier start was killed in
+    [path] = pipeline.data_paths()
+    assert path == tmp_path / "demos.zarr" and not (tmp_path / "demos.partial.zarr").exists()
+    with EpisodeStore(path) as store:
+        assert store.num_episodes == 8  # one whole episode per demo env
+        stamp = (path / "zarr.json").stat().st_mtime_ns
+    assert pipeline.data_paths() == [path] and (path / "zarr.json").stat().st_mtime_ns == stamp  # not recorded again
+    demos = pipeline.open([path]).columns()
     done = demos[keys.TERMINATED] | demos[keys.TRUNCATED]
-    assert int(done.sum()) == 8  # one whole episode per demo env
+    assert int(done.sum()) == 8
     assert demos[keys.TERMINATED].sum() >= 6  # the noiseless scripted expert succeeds (terminates) almost always
     # the return-to-go of each episode's last step is its reward
     assert torch.allclose(demos[keys.MC_RETURN][done], demos[keys.REWARD][done])
@@ -85,7 +94,7 @@ def test_resume_at_any_stage_matches_the_uninterrupted_run(tmp_path, straight_ru
         shutil.rmtree(resumed_dir / "online" / "checkpoints" / "final")
         with (resumed_dir / "online" / "metrics.jsonl").open("a") as f:  # a line written after the checkpoint
             f.write(json.dumps({"env_steps": 80, "iteration": 80}) + "\n")
-    resumed = trainer_class(str(resumed_dir)).resume(resumed_dir)
+    resumed = runner_class(str(resumed_dir)).resume(resumed_dir)
     assert resumed.iteration == 2 and resumed.env_steps == (0 if stop_after == "offline" else 64)  # stages done
     resumed.learn()
     for key, value in straight_weights.items():

@@ -13,13 +13,12 @@ from embodied.config import ConfigError  # noqa: E402
 from embodied.specs import decode_text  # noqa: E402
 from sims.mujoco.physics import make_stepper  # noqa: E402
 from embodied import keys  # noqa: E402
-from embodied.demos import collect_episodes, load_expert  # noqa: E402
+from embodied.demos import collect_episodes  # noqa: E402
 
 
 def run_expert(env, seed=0):
-    """Success rate of the registered scripted expert (embodied.demos) over one episode per env."""
-    name = {MujocoReachEnv: "mujoco_reach", MujocoPushEnv: "mujoco_push", MujocoPickEnv: "mujoco_pick"}[type(env)]
-    episodes = collect_episodes(env, load_expert(name), seed=seed)
+    """Success rate of the env's scripted expert (env.expert_action) over one episode per env."""
+    episodes = collect_episodes(env, seed=seed)
     return episodes[keys.SUCCESS][0].float().mean().item()
 
 
