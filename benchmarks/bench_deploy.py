@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_deploy.py [--seconds 3] [--repeats 3] [--checkpoint RUN_DIR]
 
-1. "deploy": the full deploy path (`embodied.runner.deploy`): MLP policy -> twin observation model -> safety layer
+1. "deploy": the full deploy path (`real_robot.deploy`): MLP policy -> twin observation model -> safety layer
    -> MAVLink driver -> UDP -> the MAVLink vehicle simulator in its own process, at 100 and 500 Hz.
    "lean": the same robot stack (RobotEnv, safety layer, MAVLink, UDP, vehicle process) with an MLP on the raw
    telemetry and no twin. Peer, interleaved in the same process: a bare fixed-rate loop that only runs the same MLP
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from embodied.cli import compose  # noqa: E402
 from embodied.runner import checkpoint  # noqa: E402
-from embodied.runner.deploy import DeploySettings, deploy  # noqa: E402
+from real_robot.deploy import DeploySettings, deploy  # noqa: E402
 from embodied.build import make_env, make_policy  # noqa: E402
 from real_robot.export import Controller, export_c  # noqa: E402
 

@@ -183,7 +183,7 @@ def evaluate_cmd(argv: list[str]) -> int:
 
 def deploy_cmd(argv: list[str]) -> int:
 
-    from embodied.runner.deploy import DeploySettings, deploy, export
+    from real_robot.deploy import DeploySettings, deploy, export
 
     parser = argparse.ArgumentParser(prog="embodied deploy", description="Run a trained policy on a robot.")
     parser.add_argument("path", type=Path, help="a run directory or a checkpoint directory")

@@ -175,7 +175,7 @@ class _HoldPolicy:
 def build_env(settings: SessionSettings, config: dict, stack: ExitStack):
     """(env, rewinder, policy-less twin) for `settings.robot`."""
     from embodied.hil.rewind import SnapshotRewinder, TrajectoryRewinder
-    from embodied.runner.deploy import _TWIN_OVERRIDES, DeploySettings, TwinAdapter, build_robot, check_fit
+    from real_robot.deploy import _TWIN_OVERRIDES, DeploySettings, TwinAdapter, build_robot, check_fit
     from real_robot.robot_env import RobotEnv, RobotEnvConfig
 
     env_name = config["env"]["name"]

@@ -1,6 +1,6 @@
 """Helpers shared by the LeRobot arm tests: our drivers (so100, so101, koch) on a calibrated fake arm. In .venv: the
-FAKE LeRobot 0.6.1 of real_robot/sim/fake_lerobot.py; in the LeRobot environment (lerobot_arms_side.py): LeRobot's
-real classes over fake motor buses (real_robot/sim/fake_lerobot_bus.py)."""
+FAKE LeRobot 0.6.1 of embodied/testing/fake_lerobot.py; in the LeRobot environment (lerobot_arms_side.py): LeRobot's
+real classes over fake motor buses (embodied/testing/fake_lerobot_bus.py)."""
 
 import contextlib
 import importlib.util
@@ -11,7 +11,7 @@ import numpy as np
 
 from embodied import registry
 from real_robot.arms.lerobot_arm import MOTORS
-from real_robot.sim.fake_lerobot import fake_lerobot, save_calibration
+from embodied.testing.fake_lerobot import fake_lerobot, save_calibration
 
 LEROBOT_ARMS = ("so100", "so101", "koch")
 CLASSES = {"so100": ("lerobot.robots.so_follower", "SO100Follower"),
@@ -23,7 +23,7 @@ def fake_arms():
     """LeRobot's real classes over fake buses where LeRobot is installed, else the fake LeRobot."""
     if importlib.util.find_spec("lerobot") is None:
         return fake_lerobot()
-    from real_robot.sim.fake_lerobot_bus import fake_motor_buses  # needs LeRobot
+    from embodied.testing.fake_lerobot_bus import fake_motor_buses  # needs LeRobot
 
     return fake_motor_buses()
 

@@ -1,6 +1,6 @@
 """Runs inside the separate LeRobot environment (scripts/lerobot_env.sh), never in .venv, with the repository on
 PYTHONPATH: our LeRobot drivers on LeRobot's REAL follower and leader classes, their motor buses faked
-(real_robot/sim/fake_lerobot_bus.py). Records what happened as JSON; tests/real_robot/test_lerobot_real.py judges it.
+(embodied/testing/fake_lerobot_bus.py). Records what happened as JSON; tests/real_robot/test_lerobot_real.py judges it.
 
     python tests/real_robot/lerobot_arms_side.py FOLDER OUT.json
 """
@@ -23,8 +23,8 @@ from embodied import registry
 from real_robot.arms.lerobot_arm import MOTORS
 from real_robot.robot import RobotError
 from real_robot.sim import fake_lerobot as fake
-from real_robot.sim.fake_lerobot import save_calibration
-from real_robot.sim.fake_lerobot_bus import FakeFeetechBus, fake_motor_buses
+from embodied.testing.fake_lerobot import save_calibration
+from embodied.testing.fake_lerobot_bus import FakeFeetechBus, fake_motor_buses
 from tests.real_robot.command_property import fire_commands
 from tests.real_robot.fake_arms import LEROBOT_ARMS, goals_written, lerobot_arm
 
@@ -188,7 +188,7 @@ def _differences(where: str, real, ours: type) -> list[str]:
 
 
 def fake_api() -> list[str]:
-    """Where real_robot/sim/fake_lerobot.py (the fake LeRobot .venv's tests drive) differs from LeRobot's real API:
+    """Where embodied/testing/fake_lerobot.py (the fake LeRobot .venv's tests drive) differs from LeRobot's real API:
     names, dataclass fields and defaults, enum members, error messages, method signatures and properties."""
     pairs = [(f"{module}.{name}", getattr(importlib.import_module(module), name, None), obj)
              for module, attrs in fake.MODULES.items() for name, obj in attrs.items() if not name.startswith("__")]

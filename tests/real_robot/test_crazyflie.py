@@ -9,7 +9,7 @@ pytest.importorskip("cflib")
 
 from real_robot.drones.crazyflie import CrazyflieConfig, CrazyflieDrone  # noqa: E402
 from real_robot.robot import RobotError  # noqa: E402
-from real_robot.sim.fake_crazyflie import FakeCrazyflie  # noqa: E402
+from embodied.testing.fake_crazyflie import FakeCrazyflie  # noqa: E402
 from tests.real_robot.flight import SLACK, fly  # noqa: E402
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from embodied.cli import deploy_cmd
 from embodied.data.store import EpisodeStore
-from embodied.runner.deploy import DeploySettings, deploy, load_robot_spec
+from real_robot.deploy import DeploySettings, deploy, load_robot_spec
 
 
 

@@ -10,7 +10,7 @@ import pytest
 from embodied import registry
 from embodied.cli import deploy_cmd
 from embodied.data.store import EpisodeStore
-from embodied.runner.deploy import DeployError, DeploySettings, check_fit, deploy
+from real_robot.deploy import DeployError, DeploySettings, check_fit, deploy
 from embodied.specs import Meaning, Spec
 from real_robot.arms.sim_arm import SimulatedArm
 from real_robot.drones.mavlink import MavlinkDrone
@@ -94,7 +94,7 @@ def test_fitting_pairs_and_what_the_robot_does_not_measure(monkeypatch, caplog):
     # a vehicle without the accelerometer reading: fits, and the twin's own specific force is reported
     monkeypatch.setattr(MavlinkDrone, "observation_spec",
                         {k: v for k, v in MavlinkDrone.observation_spec.items() if k != "specific_force"})  # fmt: skip
-    with caplog.at_level(logging.WARNING, "embodied.runner.deploy"):
+    with caplog.at_level(logging.WARNING, "real_robot.deploy"):
         assert check_fit(hover, registry.build("robot", "mavlink", {})) == ["specific_force"]
     assert f"does not measure specific_force ({Meaning.SPECIFIC_FORCE})" in caplog.text
 
@@ -106,7 +106,7 @@ def test_an_undeclared_meaning_is_refused_unless_allowed(monkeypatch, caplog):
             """observation 'qvel': ArmReachEnv snapshot [4] "rad/s, arm_reach joints" vs SimulatedArm."""
             """observation_spec['qvel'] [4] (meaning undeclared): unchecked""")):  # fmt: skip
         check_fit(arm, registry.build("robot", "sim_arm", {}))
-    with caplog.at_level(logging.WARNING, "embodied.runner.deploy"):
+    with caplog.at_level(logging.WARNING, "real_robot.deploy"):
         assert check_fit(arm, registry.build("robot", "sim_arm", {}), allow_unchecked=True) == []
     assert "not checked (allow_unchecked): observation 'qvel'" in caplog.text
 

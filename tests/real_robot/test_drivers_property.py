@@ -17,7 +17,7 @@ from real_robot.arms.sim_arm import SimulatedArm, SimulatedArmConfig
 from real_robot.drones.crazyflie import CrazyflieConfig, CrazyflieDrone
 from real_robot.drones.mavlink import MavlinkDrone, MavlinkDroneConfig
 from real_robot.safety import SafetyConfig
-from real_robot.sim.fake_crazyflie import FakeCrazyflie
+from embodied.testing.fake_crazyflie import FakeCrazyflie
 from real_robot.sim.mavlink_vehicle import MavlinkVehicleConfig, MavlinkVehicleSim
 from tests.real_robot.command_property import fire_commands
 from tests.real_robot.fake_arms import LEROBOT_ARMS, lerobot_arm, qpos

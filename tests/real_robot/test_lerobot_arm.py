@@ -1,5 +1,5 @@
 """LeRobot arms and leader arms: registered and configurable everywhere; here driven on a fake LeRobot 0.6.1
-(real_robot/sim/fake_lerobot.py; malformed commands: test_drivers_property.py), against its real classes in
+(embodied/testing/fake_lerobot.py; malformed commands: test_drivers_property.py), against its real classes in
 test_lerobot_real.py."""
 
 import importlib.util

@@ -1,7 +1,7 @@
 """Our LeRobot drivers against LeRobot 0.6.1's REAL classes: SO101Follower / SO100Follower / KochFollower under
 `so101` / `so100` / `koch`, SO101Leader / KochLeader under `so101_leader` / `koch_leader`, with only the motor
-buses faked (real_robot/sim/fake_lerobot_bus.py); and the fake LeRobot that .venv's tests drive
-(real_robot/sim/fake_lerobot.py) checked against the real API. The scenario runs once in the separate LeRobot
+buses faked (embodied/testing/fake_lerobot_bus.py); and the fake LeRobot that .venv's tests drive
+(embodied/testing/fake_lerobot.py) checked against the real API. The scenario runs once in the separate LeRobot
 environment (tests/real_robot/lerobot_arms_side.py, our package on PYTHONPATH: it needs only torch, numpy and
 hypothesis there); these tests judge what it recorded. Slow: the first run builds the environment (~3.5 min)."""
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 SIDE = REPO / "tests" / "real_robot" / "lerobot_arms_side.py"
 MAX_STEP = 0.2  # the arms' default safety.max_step, rad (real_robot/arms/lerobot_arm.py)
-SPEED = math.radians(9.0)  # the fake motors' speed per read (real_robot/sim/fake_lerobot_bus.py)
+SPEED = math.radians(9.0)  # the fake motors' speed per read (embodied/testing/fake_lerobot_bus.py)
 
 
 @pytest.fixture(scope="module")

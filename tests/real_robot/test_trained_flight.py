@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from embodied.runner.deploy import DeploySettings, deploy
+from real_robot.deploy import DeploySettings, deploy
 
 ROOT = Path(__file__).resolve().parents[2]
 COURSE = [(0.5, 0.0, 0.0), (0.5, 0.5, 0.3), (0.0, 0.5, 0.0), (0.0, 0.0, 0.0)]  # m, a 0.5 m square with a climb

@@ -28,7 +28,7 @@ from lerobot.motors.feetech import FeetechMotorsBus
 from lerobot.motors.motors_bus import get_address
 from lerobot.utils.errors import DeviceAlreadyConnectedError, DeviceNotConnectedError
 
-from real_robot.sim.fake_lerobot import ServoBus
+from embodied.testing.fake_lerobot import ServoBus
 
 
 class FakeMotorsBus(ServoBus):

@@ -339,7 +339,7 @@ class FakeFollower(Robot):
         super().__init__(config)
         self.config = config
         if config.cameras:
-            raise NotImplementedError("the fake LeRobot has no cameras (real_robot/sim/fake_lerobot.py)")
+            raise NotImplementedError("the fake LeRobot has no cameras (embodied/testing/fake_lerobot.py)")
         body = MotorNormMode.DEGREES if config.use_degrees else MotorNormMode.RANGE_M100_100
         names = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
         self.bus = ServoBus(port=self.config.port, motors={
@@ -478,7 +478,7 @@ def fake_lerobot():
         raise RuntimeError("LeRobot is installed here: drive its real classes (fake_lerobot_bus.fake_motor_buses())")
     modules = {}
     for name, attrs in MODULES.items():
-        module = types.ModuleType(name, f"FAKE {name} of LeRobot {LEROBOT_VERSION} (real_robot/sim/fake_lerobot.py)")
+        module = types.ModuleType(name, f"FAKE {name} of LeRobot {LEROBOT_VERSION} (embodied/testing/fake_lerobot.py)")
         module.__dict__.update(attrs)
         module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
         parent, _, child = name.rpartition(".")

@@ -47,7 +47,7 @@ from embodied.config import check
 from embodied.runner import checkpoint
 from embodied.build import make_policy
 
-ROBOT_PRESETS = Path(__file__).resolve().parents[2] / "configs" / "robot"
+ROBOT_PRESETS = Path(__file__).resolve().parents[1] / "configs" / "robot"
 # what the twin switches off: it must never end or randomize an episode by itself
 _TWIN_OVERRIDES = {"episode_s": 1e6, "max_episode_steps": 10**9, "hold_steps": 10**9 - 1, "max_pos": 1e4,
                    "max_speed": 1e4, "max_ang_vel": 1e4, "dr_mass": 0.0, "dr_thrust": 0.0, "dr_motor_tau": 0.0}  # fmt: skip
@@ -234,7 +234,7 @@ def build_robot(settings: DeploySettings, stack: ExitStack):
             vehicle = stack.enter_context(MavlinkVehicleProcess(MavlinkVehicleConfig()))
             params = {**params, "url": f"udpout:127.0.0.1:{vehicle.port}"}
         elif name == "crazyflie":
-            from real_robot.sim.fake_crazyflie import FakeCrazyflie
+            from embodied.testing.fake_crazyflie import FakeCrazyflie
 
             fake = stack.enter_context(FakeCrazyflie())
             params = {**params, "uri": fake.uri}
