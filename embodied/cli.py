@@ -11,6 +11,7 @@
     embodied classifier <session store> --out DIR               # success classifier from the labelled frames
     embodied keys <dir> [--actors actor-0 ...]                  # CURVE keys for a learner and its actors
     embodied record env=<name> --operator scripted --episodes N --store DIR   # or --policy <run>: a store to train from
+    embodied record env=<name> [robot=<name>] --teleop <device> --episodes N --store DIR   # a person drives
     embodied data info <store or LeRobot dir>                   # episodes, frames, keys, success, interventions
     embodied data export <store> <out dir> [--fps N] [--task TEXT]   # to a LeRobotDataset v3
     embodied data import <LeRobot dir> <store>                  # from a LeRobotDataset v3
@@ -352,33 +353,54 @@ def keys_cmd(argv: list[str]) -> int:
 
 
 def record_cmd(argv: list[str]) -> int:
-    """Episodes from a scripted expert or a trained policy into an episode store (embodied/data/record.py)."""
+    """Episodes from a scripted expert, a trained policy or a teleop device into an episode store
+    (embodied/data/record.py)."""
     import torch
 
     from embodied.config import ConfigError
-    from embodied.data.record import record
+    from embodied.data.record import record, record_from_device
     from embodied.device import resolve_device
     from embodied.registry import MissingExtraError
     from embodied.runner import checkpoint
     from embodied.build import make_env, make_policy
 
     parser = argparse.ArgumentParser(prog="embodied record", description="Record episodes into an episode store.")
-    parser.add_argument("overrides", nargs="*", help="env=<name>, env.<key>=<value> (with --operator scripted)")
+    parser.add_argument("overrides", nargs="*", help="env=<name>, env.<key>=<value>; with --teleop also robot=<name>, "
+                        "robot.<key>=<value>, teleop.<key>=<value>")  # fmt: skip
     parser.add_argument("--operator", choices=["scripted"], default=None, help="the env's scripted expert acts")
     parser.add_argument("--policy", type=Path, default=None, help="a run or checkpoint whose policy acts (its env)")
+    parser.add_argument("--teleop", default=None, help="a device drives every step: keyboard, gamepad, spacemouse, "
+                        "scripted (configs/teleop/) or a registry name")  # fmt: skip
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--store", type=Path, required=True, help="the episode store to append to (created if absent)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first round of episodes")
-    parser.add_argument("--num-envs", type=int, default=32, help="episodes run side by side")
+    parser.add_argument("--num-envs", type=int, default=32, help="episodes run side by side (not with --teleop)")
+    parser.add_argument("--steps", type=int, default=None, help="robot=: control steps per episode (default 300)")
+    parser.add_argument("--hz", type=float, default=None, help="--teleop: steps per second (default: the env's "
+                        "control rate; a sim driven by the scripted device runs unpaced)")  # fmt: skip
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
     try:
-        if (args.operator is None) == (args.policy is None):
-            raise ValueError("give one of --operator scripted or --policy <run>")
+        if [args.operator, args.policy, args.teleop].count(None) != 2:
+            raise ValueError("give one of --operator scripted, --policy <run> or --teleop <device>")
         if args.episodes < 1 or args.num_envs < 1:
             raise ValueError("--episodes and --num-envs must be >= 1")
         device, num_envs = resolve_device(args.device), min(args.num_envs, args.episodes)
-        if args.policy is not None:
+        torch.manual_seed(args.seed)
+        if args.teleop is not None:
+            names, params = _group_overrides(args.overrides, ("env", "robot", "teleop"),
+                                             "env=<name>, robot=<name>, env.<key>=<v>, robot.<key>=<v>, "
+                                             "teleop.<key>=<v>",
+                                             named=("env", "robot"))  # fmt: skip
+            if "env" not in names:
+                raise KeyError("--teleop needs env=<name>: the task whose observations are stored and whose actions "
+                               "the device gives (with robot=<name>, the robot's observation model)")  # fmt: skip
+            if args.steps is not None and "robot" not in names:
+                raise ValueError("--steps sets a robot's episode length; a sim's is env.max_episode_steps=<n>")
+            summary = record_from_device({"name": names["env"], **params["env"]}, args.teleop, params["teleop"],
+                                         args.store, args.episodes, args.seed, names.get("robot"), params["robot"],
+                                         args.steps, args.hz, str(device), progress=True)  # fmt: skip
+        elif args.policy is not None:
             if args.overrides:
                 raise ValueError(f"--policy records in the run's own env; drop {' '.join(args.overrides)}")
             ckpt = checkpoint.find_checkpoint(args.policy)
@@ -386,16 +408,15 @@ def record_cmd(argv: list[str]) -> int:
             env = make_env(config, num_envs, device)
             policy = make_policy(config, env)
             policy.load_state_dict(checkpoint.load_model(ckpt, device))
+            summary = record(env, args.store, args.episodes, args.seed, policy=policy, progress=True)
         else:
             names, params = _group_overrides(args.overrides, ("env",), "env=<name>, env.<key>=<value>")
             if "env" not in names:
                 raise KeyError("--operator scripted needs env=<name>")
             env_config = {"name": names["env"], **params["env"]}
-            policy = None
             env = make_env({"env": env_config}, num_envs, device)
-        torch.manual_seed(args.seed)
-        summary = record(env, args.store, args.episodes, args.seed, policy=policy, progress=True)
-    except (FileNotFoundError, KeyError, ValueError, ConfigError, MissingExtraError,
+            summary = record(env, args.store, args.episodes, args.seed, progress=True)
+    except (FileNotFoundError, KeyError, ValueError, RuntimeError, ConfigError, MissingExtraError,
             checkpoint.DamagedCheckpointError) as err:  # fmt: skip
         print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
         return 1

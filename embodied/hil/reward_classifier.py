@@ -7,8 +7,9 @@
 
 HIL-SERL (Luo et al. 2024, Sec. III-B) replaces a hand-written reward on a real robot by a binary
 classifier over observations, trained on frames the operator marked as success or failure, and ends
-an episode when it fires. Here the labels come from the correction session's store
-(`embodied.hil.session`): an episode ended with the success key has `label` 1 and its last
+an episode when it fires. Here the labels come from an episode store: a correction session's
+(`embodied.hil.session`) or `embodied record --teleop`'s `label` (the keys pressed), else a recorded store's
+`success` (`embodied record`: the sim's outcome, 1 or 0 per episode). In an episode labelled success the last
 `success_frames` rows are positives; every row of an episode labelled failure is a negative, and
 so are the rows of a success episode older than `2 * success_frames` (the rows in between are
 ambiguous, the task nearly done, and are left out). Rows a rewind abandoned and unlabelled episodes
@@ -96,14 +97,20 @@ class RewardClassifier(nn.Module):
 
 
 def labelled_frames(store, success_frames: int = 5) -> tuple[TensorDict, torch.Tensor, torch.Tensor]:
-    """(observations [M], labels float [M], episode index [M]) from a session's episode store."""
+    """(observations [M], labels float [M], episode index [M]) from an episode store: each episode's `label` (a
+    correction session, `embodied record --teleop`), or without one its last row's `success` (`embodied record`)."""
     obs_keys = [k for k in store.keys if k == f"{keys.OBS}/{keys.STATE}" or k.startswith(f"{keys.OBS}/{keys.IMAGES}/")]
-    if f"{keys.OBS}/{keys.STATE}" not in obs_keys or "label" not in store.keys:
-        raise KeyError(f"labelled_frames needs a correction session's store (obs/state and label); it has {store.keys}")
+    outcome = "label" if "label" in store.keys else keys.SUCCESS
+    if f"{keys.OBS}/{keys.STATE}" not in obs_keys or outcome not in store.keys:
+        raise KeyError("labelled_frames needs obs/state and each episode's outcome (label: a correction session, "
+                       f"embodied record --teleop; or success: embodied record); the store has {store.keys}")
     rows, labels, episodes = [], [], []
     for i in range(store.num_episodes):
         start, stop = store.episode_range(i)
-        label = int(store.read("label", start, start + 1)[0])
+        if outcome == "label":
+            label = int(store.read("label", start, start + 1)[0])
+        else:
+            label = SUCCESS_LABEL if bool(store.read(keys.SUCCESS, stop - 1, stop)[0]) else FAILURE_LABEL
         if label not in (SUCCESS_LABEL, FAILURE_LABEL):
             continue
         kept = np.arange(start, stop)

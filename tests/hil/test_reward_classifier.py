@@ -116,3 +116,32 @@ def test_cli_trains_a_classifier_and_a_session_uses_it(store, ckpt, tmp_path, ca
     assert code == 0, capsys.readouterr().err
     assert correct_cmd([str(ckpt), "robot=sim", "--reward-classifier", str(tmp_path / "none"), "--no-status"]) == 1
     assert "no reward classifier" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("how", [["--operator", "scripted", "--num-envs", "30"], ["--teleop", "scripted"]])
+def test_a_recorded_store_trains_the_classifier(how, tmp_path, capsys):
+    """`embodied record` stores: without a `label` column (--operator, --policy) each episode's `success` labels it;
+    --teleop writes `label` (the sim's outcome here). A 20-step limit leaves the expert short of some balls, so both
+    outcomes are there."""
+    from embodied.cli import classifier_cmd, record_cmd
+
+    store = tmp_path / "recorded.zarr"
+    assert record_cmd(["env=arm_reach", "env.max_episode_steps=20", *how, "--episodes", "30",
+                       "--store", str(store)]) == 0  # fmt: skip
+    with EpisodeStore(store) as reader:
+        assert ("label" in reader.keys) == ("--teleop" in how)
+        frames, labels, episode = labelled_frames(reader, success_frames=3)
+        outcome = [bool(reader.episode(i)[keys.SUCCESS][-1]) for i in range(reader.num_episodes)]
+    assert 0 < sum(outcome) < 30 and int(labels.sum()) == 3 * sum(outcome)
+    assert set(episode.tolist()) == set(range(30))  # every episode has an outcome: none left out
+    capsys.readouterr()
+    assert classifier_cmd([str(store), "--out", str(tmp_path / "clf"), "--updates", "100", "--success-frames", "3",
+                           "--state-indices", "23,24,25"]) == 0  # fmt: skip
+    assert "val_recall" in capsys.readouterr().out and (tmp_path / "clf" / "classifier.safetensors").exists()
+
+
+def test_a_store_without_outcomes_is_refused_naming_what_it_needs(tmp_path):
+    with EpisodeStore(tmp_path / "bare.zarr", mode="w") as writer:
+        writer.append_episode({"obs/state": np.zeros((3, 26), np.float32), "action": np.zeros((3, 4), np.float32)})
+        with pytest.raises(KeyError, match="each episode's outcome"):
+            labelled_frames(writer)
