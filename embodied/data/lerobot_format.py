@@ -17,6 +17,12 @@ Keys map as `observation.state` <-> `obs/state`, `observation.images.<cam>` <-> 
 `observation.<x>` <-> `obs/<x>`, `next.reward` <-> `reward`, `next.done` <-> `terminated`, other
 dots <-> slashes; the task string <-> `obs/language` (zero-padded UTF-8, `embodied.specs.encode_text`).
 An imported dataset without `next.reward` / `next.done` gets zero rewards and no terminations.
+
+Damage. An episode whose data parquet or video file cannot be read (truncated, garbled, missing, or a
+video that ends before the episode's frames) is left out of an import: one warning per file names it and
+the episodes it cost, and a last one says "imported N of M episodes; skipped K damaged: ...". The store
+records them in its `lerobot_skipped` attribute. A feature that disagrees with meta/info.json is no damage
+but a schema error, and fails the whole import; so does a dataset with every episode damaged.
 """
 
 from __future__ import annotations
@@ -26,13 +32,14 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from embodied.data.store import EpisodeStore
+from embodied.data.store import DamagedDataWarning, EpisodeStore
 
 CODEBASE_VERSION = "v3.0"
 CHUNK_FILE = "chunk-{chunk_index:03d}/file-{file_index:03d}"
@@ -63,6 +70,14 @@ def lerobot_key(key: str) -> str:
     if key.startswith("obs/"):
         return "observation." + key[len("obs/"):].replace("/", ".")
     return key.replace("/", ".")
+
+
+class DamagedFileError(ValueError):
+    """A file of a LeRobot dataset cannot be read: the episodes it holds cannot be imported."""
+
+    def __init__(self, path: Path, err: Exception):
+        super().__init__(f"{path}: {type(err).__name__}: {str(err)[:200]}")
+        self.path = path
 
 
 def _require():
@@ -118,6 +133,10 @@ def read_tasks(root: Path) -> dict[int, str]:
     return dict(zip(table["task_index"], names))
 
 
+class _BadVideo(ValueError):
+    """A video has no video stream, or no frame where an episode needs one."""
+
+
 class _VideoCursor:
     """Decodes one video key's mp4 files front to back, handing out each episode's frames in turn
     (episodes lie in increasing time order in a file; going back reopens it)."""
@@ -126,9 +145,18 @@ class _VideoCursor:
         self.av, self.fps, self.path, self.frames, self.last = av, fps, None, None, float("inf")
 
     def take(self, path: Path, start: float, count: int) -> np.ndarray:
+        try:
+            return self._take(path, start, count)
+        except (self.av.error.FFmpegError, _BadVideo) as err:
+            # a decoder error ends the frame generator: the file's later episodes then fail fast as a gap
+            raise DamagedFileError(path, err) from err
+
+    def _take(self, path: Path, start: float, count: int) -> np.ndarray:
         tol = 0.5 / self.fps
         if path != self.path or self.last >= start - tol:
             container = self.av.open(str(path))
+            if not container.streams.video:
+                raise _BadVideo("the file holds no video stream")
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             self.path, self.last = path, -float("inf")
@@ -138,12 +166,12 @@ class _VideoCursor:
             expected = start + len(out) / self.fps
             time, image = next(self.frames, (None, None))
             if time is None:
-                raise ValueError(f"{path}: the video ends before t={expected:.4f}s")
+                raise _BadVideo(f"the video ends before t={expected:.4f}s")
             self.last = time
             if time < expected - tol:
                 continue  # a frame of an earlier episode
             if time > expected + tol:
-                raise ValueError(f"{path}: no frame at t={expected:.4f}s (the next one is at {time:.4f}s)")
+                raise _BadVideo(f"no frame at t={expected:.4f}s (the next one is at {time:.4f}s)")
             out.append(image)
         return np.stack(out)
 
@@ -153,7 +181,8 @@ def import_lerobot(root: str | Path, store_path: str | Path, max_language_bytes:
     """Read a LeRobot v3.0 dataset into a new episode store (one committed episode per LeRobot
     episode) and return it opened for reading. Every feature's shape and dtype is checked against
     meta/info.json. The store is built in a hidden sibling directory and renamed into place only
-    when complete, so a failed import leaves nothing behind and can simply be run again.
+    when complete, so a failed import leaves nothing behind and can simply be run again. Episodes
+    whose files cannot be read are left out with a warning (module docstring, Damage).
     `progress`: a bar over the episodes on a terminal."""
     av, pa = _require()
     root, store_path = Path(root), Path(store_path)
@@ -161,10 +190,27 @@ def import_lerobot(root: str | Path, store_path: str | Path, max_language_bytes:
     if (store_path / "zarr.json").exists():
         raise FileExistsError(f"import_lerobot: {store_path} already holds an episode store; choose a new path")
     reader = _DatasetReader(av, pa, root, info, max_language_bytes)
+    damaged: dict[Path, tuple[str, list[int]]] = {}  # file -> (what failed, episode indices)
     with _staged(store_path, "import_lerobot") as tmp, EpisodeStore(tmp, mode="w") as store:
         for i in progress_bar(reader.order, len(reader.order), "import", progress):
-            store.append_episode(reader.episode(i))
-        store.set_attrs(fps=reader.fps, robot_type=info.get("robot_type"),
+            try:
+                episode = reader.episode(i)
+            except DamagedFileError as err:
+                damaged.setdefault(err.path, (str(err), []))[1].append(int(reader.episodes["episode_index"][i]))
+                continue
+            store.append_episode(episode)
+        skipped = sorted(e for _, eps in damaged.values() for e in eps)
+        total = len(reader.order)
+        report = "; ".join(f"{path.relative_to(root)}: episodes {eps}" for path, (_, eps) in damaged.items())
+        if len(skipped) == total:
+            raise ValueError(f"import_lerobot: every episode of {root} is damaged ({report}); first error: "
+                             f"{next(iter(damaged.values()))[0]}")
+        for why, eps in damaged.values():
+            warnings.warn(f"import_lerobot: skipping episodes {eps}: {why}", DamagedDataWarning, stacklevel=2)
+        if skipped:
+            warnings.warn(f"import_lerobot: imported {total - len(skipped)} of {total} episodes of {root}; skipped "
+                          f"{len(skipped)} damaged: {report}", DamagedDataWarning, stacklevel=2)
+        store.set_attrs(fps=reader.fps, robot_type=info.get("robot_type"), lerobot_skipped=skipped,
                         source=f"lerobot {info['codebase_version']}", lerobot_features=reader.features)
     return EpisodeStore(store_path)
 
@@ -204,14 +250,22 @@ class _DatasetReader:
         self.images = [k for k, d in kinds.items() if d == "image"]
         self.videos = [k for k, d in kinds.items() if d == "video"]
         self.cursors = {k: _VideoCursor(av, self.fps) for k in self.videos}
-        self.data_file, self.frames = None, None
+        self.data_file, self.frames, self.data_error = None, None, None
 
     def episode(self, i: int) -> dict[str, np.ndarray]:
         episodes, index = self.episodes, self.episodes["episode_index"][i]
         data_file = self.root / DATA_PATH.format(chunk_index=episodes["data/chunk_index"][i],
                                                  file_index=episodes["data/file_index"][i])
         if data_file != self.data_file:  # files come in episode order: keep one decoded
-            self.data_file, self.frames = data_file, _load_frames(self.pa, data_file, self.columns + self.images)
+            self.data_file, self.frames, self.data_error = data_file, None, None
+            try:
+                table = self.pa.parquet.read_table(data_file)
+            except (OSError, self.pa.ArrowException) as err:  # truncated, garbled or missing
+                self.data_error = DamagedFileError(data_file, err)
+            else:
+                self.frames = _load_frames(self.pa, data_file, table, self.columns + self.images)
+        if self.data_error is not None:
+            raise self.data_error
         frames = self.frames
         rows = np.flatnonzero(frames["episode_index"] == index)
         if len(rows) != episodes["length"][i]:
@@ -221,7 +275,10 @@ class _DatasetReader:
         where = f"{data_file}: episode {index}"
         out = {store_key(k): _checked_column(k, self.features[k], frames[k][rows], where) for k in self.columns}
         for k in self.images:
-            images = np.stack([_decode_image(self.av, frames[k][r]) for r in rows])
+            try:
+                images = np.stack([_decode_image(self.av, frames[k][r]) for r in rows])
+            except self.av.error.FFmpegError as err:  # an image's encoded bytes are garbled
+                raise DamagedFileError(data_file, err) from err
             out[store_key(k)] = _checked_frames(k, self.features[k], images, where)
         for k in self.videos:
             path = self.root / self.info["video_path"].format(video_key=k, chunk_index=episodes[f"videos/{k}/chunk_index"][i],
@@ -278,9 +335,8 @@ def _checked_frames(key: str, feature: dict, frames: np.ndarray, where: str) -> 
     return frames
 
 
-def _load_frames(pa, path: Path, columns: list[str]) -> dict[str, np.ndarray]:
-    """Columns of a data file as arrays [rows, *shape]; list columns keep their nesting as dimensions."""
-    table = pa.parquet.read_table(path)
+def _load_frames(pa, path: Path, table, columns: list[str]) -> dict[str, np.ndarray]:
+    """Columns of a data file's table as arrays [rows, *shape]; list columns keep their nesting as dimensions."""
     out = {}
     for name in [*columns, "episode_index", "frame_index", "task_index"]:
         if name not in table.column_names:

@@ -11,13 +11,19 @@ A sample starts at a row t of some episode [start, end), drawn uniformly over al
     mask           [B, H] bool: True for rows inside the episode (a prefix); padding repeats the edge row
     next_obs/<k>   the observation after the last valid row (layout as obs), for bootstrapping
     terminated     [B] the episode terminated inside the window; truncated [B] it was cut off there
-    other per-row keys (is_intervention, mc_return, ...) at t; index [B] int64 the row t
+    other per-row keys (is_intervention, mc_return, ...) at t; index [B] int64 the store row of t
 Actions start at the current step as in LeRobot's `delta_timestamps` / ACT; padding repeats the
 edge row with a mask, as diffusion_policy's SequenceSampler does. The observation after an
 episode's last row comes from the store's `next_obs/<k>` when it holds them; otherwise it is the
 last observation itself (harmless for terminated episodes, whose value is not bootstrapped).
-Indices are precomputed per row; non-image keys are held in memory and gathered by torch
-indexing; image keys are read through the store's chunk cache (each touched chunk once per call).
+
+`rows` (optional) picks the store rows to use, in order: an episode is then its picked rows, as if
+the others had never been recorded (a correction session's rewound rows; the episodes of a damaged
+chunk). Row t of the sampler is store row `rows[t]`. `read_keys` (optional): the store keys read
+(default all).
+Indices are precomputed per row; keys of vectors are held in memory and gathered by torch
+indexing; keys of images and depth maps (rows of 3 dims, which the store chunks a few frames at a
+time) are read through the store's chunk cache (each touched chunk once per call), never held.
 """
 
 from __future__ import annotations
@@ -38,7 +44,6 @@ class WindowConfig:
     horizon: int = 1  # action / reward rows per sample: 1 = transitions, n = n-step, H = action chunk
     n_obs_steps: int = 1  # observation rows of history (1 = the current one only)
     chunk_actions: bool = True  # False: only the first action of the window (n-step TD), [B, A]
-    image_prefix: str = "obs/images/"  # keys read lazily through the chunk cache, not held in memory
 
     def __post_init__(self):
         check(self.horizon >= 1, f"horizon={self.horizon} must be >= 1")
@@ -48,28 +53,37 @@ class WindowConfig:
 class WindowSampler:
     Config = WindowConfig
 
-    def __init__(self, store: EpisodeStore, config: WindowConfig = WindowConfig(), device: torch.device | str = "cpu"):
+    def __init__(self, store: EpisodeStore, config: WindowConfig = WindowConfig(), device: torch.device | str = "cpu",
+                 rows: np.ndarray | None = None, read_keys: list[str] | None = None):
         self.store, self.config, self.device = store, config, torch.device(device)
+        self._picked = None if rows is None else np.asarray(rows, dtype=np.int64)
+        self._keys = list(store.keys if read_keys is None else read_keys)
         self.refresh()
 
     def refresh(self) -> None:
-        """(Re)build the row index and in-memory columns from the store's committed episodes."""
+        """(Re)build the row index and in-memory columns from the store's committed episodes (or `rows`)."""
         store = self.store
         if store.num_episodes == 0:
             raise ValueError(f"episode store {store.path} has no committed episodes to sample from")
         for needed in (keys.ACTION, keys.REWARD):
-            if needed not in store.keys:
+            if needed not in self._keys:
                 raise KeyError(f"WindowSampler needs {needed!r} in the store; it has {store.keys}")
-        ends = torch.from_numpy(store.episode_ends)
-        lengths = torch.diff(ends, prepend=torch.zeros(1, dtype=torch.int64))
+        rows = np.arange(store.num_steps) if self._picked is None else self._picked
+        if len(rows) == 0 or np.any(np.diff(rows) <= 0) or rows[0] < 0 or rows[-1] >= store.num_steps:
+            raise ValueError(f"WindowSampler rows must be increasing committed rows of {store.path} "
+                             f"(0 to {store.num_steps - 1}); got {len(rows)} rows")
+        self._rows = torch.from_numpy(rows)
+        episode = torch.searchsorted(torch.from_numpy(store.episode_ends), self._rows, right=True)
+        lengths = torch.unique_consecutive(episode, return_counts=True)[1]
+        ends = torch.cumsum(lengths, 0)
         self._end = torch.repeat_interleave(ends, lengths)  # [N] exclusive end of each row's episode
         self._start = self._end - torch.repeat_interleave(lengths, lengths)
-        self._lazy = [k for k in store.keys if k.startswith(self.config.image_prefix)]
-        self._columns = {k: torch.from_numpy(np.ascontiguousarray(store.read(k))) for k in store.keys
-                         if k not in self._lazy}
-        self._obs_keys = [k for k in store.keys if k.startswith(keys.OBS + "/")]
+        self._lazy = [k for k in self._keys if len(store.spec(k)[0]) == 3]
+        read = (lambda k: store.read(k)) if self._picked is None else (lambda k: store.gather(k, rows))  # noqa: E731
+        self._columns = {k: torch.from_numpy(np.ascontiguousarray(read(k))) for k in self._keys if k not in self._lazy}
+        self._obs_keys = [k for k in self._keys if k.startswith(keys.OBS + "/")]
         self._next_keys = {k: keys.NEXT_OBS + k[len(keys.OBS):] for k in self._obs_keys}
-        self._has_next = all(v in store.keys for v in self._next_keys.values())
+        self._has_next = all(v in self._keys for v in self._next_keys.values())
 
     def __len__(self) -> int:
         return len(self._end)
@@ -117,16 +131,25 @@ class WindowSampler:
             out["obs_mask"] = hist >= start[:, None]
         done = set(self._obs_keys) | set(self._next_keys.values()) | {keys.ACTION, keys.REWARD, keys.TERMINATED,
                                                                       keys.TRUNCATED}
-        for k in self.store.keys:
+        for k in self._keys:
             if k not in done:
                 out[k] = self._take(k, t)
-        out["index"] = t
+        out["index"] = self._rows[t]
         return TensorDict(out, batch_size=[len(t)]).unflatten_keys("/").to(self.device)
+
+    @property
+    def columns(self) -> dict[str, torch.Tensor]:
+        """The keys held in memory (all but images), each at every sampler row: {key: [N, *shape]}."""
+        return self._columns
+
+    def episode_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(start, end) int64 [N]: the first and the exclusive end sampler row of each row's episode."""
+        return self._start, self._end
 
     def _take(self, key: str, rows: torch.Tensor) -> torch.Tensor:
         if key in self._columns:
             return self._columns[key][rows]
-        return torch.from_numpy(self.store.gather(key, rows.numpy()))
+        return torch.from_numpy(self.store.gather(key, self._rows[rows].numpy()))
 
 
 def compute_stats(store: EpisodeStore, keys_: list[str] | None = None, rows_per_read: int = 1 << 14) -> dict:

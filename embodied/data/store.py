@@ -31,12 +31,15 @@ Older stores, without the codec, still read and append; there `gather` checks a 
 against its blosc header, but a flipped bit may decode silently and `read` (zarr's path) trusts blosc,
 which does not notice a truncated chunk (rewrite an old store into a new one to get checksums).
 Any chunk that cannot be decoded raises `DamagedStoreError` naming the array, the chunk file and the
-episodes it holds.
+episodes it holds (also its attributes `file` and `episodes`). `damaged_chunks(key)` lists every such
+chunk of a key by its checksum, without decoding: `data=` leaves their episodes out
+(embodied/data/sources.py).
 """
 
 from __future__ import annotations
 
 import fcntl
+import math
 import shutil
 import sys
 from collections import OrderedDict
@@ -63,7 +66,16 @@ LOCK = ".writer.lock"
 
 
 class DamagedStoreError(ValueError):
-    """A file of the store cannot be decoded: truncated, bit-flipped, or its checksum does not match."""
+    """A file of the store cannot be decoded: truncated, bit-flipped, or its checksum does not match.
+    `file`: the chunk file; `episodes`: the committed episodes with rows in it (empty for the index)."""
+
+    def __init__(self, message: str, file: Path | None = None, episodes: range = range(0)):
+        super().__init__(message)
+        self.file, self.episodes = file, episodes
+
+
+class DamagedDataWarning(UserWarning):
+    """Episodes were left out of an import or a training source: files holding them cannot be read."""
 
 
 def _flat_numpy(episode: TensorDict | Mapping) -> dict[str, np.ndarray]:
@@ -209,17 +221,25 @@ class EpisodeStore:
         encoding, then the bytes -> blosc [-> crc32c] codec chain this store writes); None = let zarr
         read it. Zarr's own read path costs ~1-3 ms per call in asyncio machinery, which dominated
         random access to camera frames (benchmarks/RESULTS.md, data section)."""
-        codecs = arr.metadata.codecs
-        crc = len(codecs) == 3 and isinstance(codecs[2], Crc32cCodec)  # stores made before checksums have none
-        if len(codecs) != 2 + crc or not isinstance(codecs[0], BytesCodec) or not isinstance(codecs[1], BloscCodec):
+        crc = _checksummed(arr)
+        if crc is None or (arr.dtype.itemsize > 1 and arr.metadata.codecs[0].endian is not None
+                           and arr.metadata.codecs[0].endian.value != sys.byteorder):
             return None
-        if arr.dtype.itemsize > 1 and codecs[0].endian is not None and codecs[0].endian.value != sys.byteorder:
-            return None
-        path = self.path / "data" / key / arr.metadata.encode_chunk_key((c,) + (0,) * (arr.ndim - 1))
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+        raw = self._checked_bytes(key, arr, c, crc)
+        if raw is None:
             return None  # never written: zarr supplies the fill value
+        return np.frombuffer(_blosc.decode(raw), dtype=arr.dtype).reshape(arr.chunks)
+
+    def _checked_bytes(self, key: str, arr: zarr.Array, c: int, crc: bool) -> bytes | None:
+        """The blosc bytes of chunk c, checked against their crc32c (when the store writes one) and
+        blosc's header, without decoding them; None when the chunk file was never written."""
+        # a string path and math.prod: pathlib joins and np.prod took half the time of a scan of camera chunks
+        path = f"{self.path}/data/{key}/{arr.metadata.encode_chunk_key((c,) + (0,) * (arr.ndim - 1))}"
+        try:
+            with open(path, "rb") as file:
+                raw = file.read()
+        except FileNotFoundError:
+            return None
         if crc:  # the zarr v3 crc32c codec appends the checksum of the bytes before it, 4 bytes little-endian
             raw, stored = raw[:-4], raw[-4:]
             if len(stored) < 4 or google_crc32c.value(raw) != int.from_bytes(stored, "little"):
@@ -227,14 +247,33 @@ class EpisodeStore:
         # blosc's header (bytes 4-7: decoded size, 12-15: encoded size) is checked here because blosc
         # itself reads past the end of a truncated buffer: old stores have no crc32c to catch that
         if len(raw) < 16 or int.from_bytes(raw[12:16], "little") != len(raw) or \
-                int.from_bytes(raw[4:8], "little") != arr.dtype.itemsize * int(np.prod(arr.chunks)):
+                int.from_bytes(raw[4:8], "little") != arr.dtype.itemsize * math.prod(arr.chunks):
             raise ValueError(f"{len(raw)} bytes do not match the blosc header (truncated?)")
-        return np.frombuffer(_blosc.decode(raw), dtype=arr.dtype).reshape(arr.chunks)
+        return raw
+
+    def damaged_chunks(self, key: str) -> list[DamagedStoreError]:
+        """Every chunk of `key` holding committed rows that fails its check, as the error a read of it
+        raises. Chunks in this store's layout are checked without decoding (crc32c and blosc header:
+        a file read each, so a scan of camera keys costs about a read of their compressed bytes); other
+        layouts are decoded through zarr."""
+        arr = self._array(key)
+        rows, crc = arr.chunks[0], _checksummed(arr)
+        found = []
+        for c in range(-(-self.num_steps // rows)):
+            try:
+                if crc is None:
+                    arr[c * rows : min((c + 1) * rows, arr.shape[0])]
+                else:
+                    self._checked_bytes(key, arr, c, crc)
+            except Exception as err:  # any failure means a damaged file: say which
+                found.append(self._damaged(f"data/{key}", arr, c, err))
+        return found
 
     def _damaged(self, name: str, arr: zarr.Array, c: int, err: Exception) -> DamagedStoreError:
         """The error for chunk c of array `name` (e.g. data/obs/state): which file, which episodes."""
         chunk = arr.metadata.encode_chunk_key((c,) + (0,) * (arr.ndim - 1))
         lo, hi = c * arr.chunks[0], (c + 1) * arr.chunks[0]  # rows, or entries of episode_ends
+        episodes = range(0)
         if name == "meta/episode_ends":
             held = f"episode ends {lo}-{hi - 1}"
         elif lo >= self.num_steps:
@@ -243,8 +282,10 @@ class EpisodeStore:
             first = int(np.searchsorted(self._ends, lo, side="right"))
             last = min(int(np.searchsorted(self._ends, hi - 1, side="right")), self.num_episodes - 1)
             held = f"episodes {first}-{last}" if last > first else f"episode {first}"
+            episodes = range(first, last + 1)
         return DamagedStoreError(f"{self.path}: {name} chunk {chunk} ({held}) cannot be decoded ({type(err).__name__}: "
-                                 f"{str(err)[:120]}); the file {self.path / name / chunk} is damaged")
+                                 f"{str(err)[:120]}); the file {self.path / name / chunk} is damaged",
+                                 self.path / name / chunk, episodes)
 
     def _locate_damage(self, name: str, arr: zarr.Array, start: int, stop: int, err: Exception) -> DamagedStoreError:
         """Reading rows [start, stop) failed: find the chunk that does not decode (on the error path
@@ -377,6 +418,16 @@ class EpisodeStore:
             if value.shape[1:] != arr.shape[1:] or not np.can_cast(value.dtype, arr.dtype, "same_kind"):
                 raise ValueError(f"add_rows: {key!r} is {value.dtype} {list(value.shape[1:])} per row, "
                                  f"the store holds {arr.dtype} {list(arr.shape[1:])}")
+
+
+def _checksummed(arr: zarr.Array) -> bool | None:
+    """Whether the array's chunks end in a crc32c, for the bytes -> blosc [-> crc32c] chain this store
+    writes (stores made before checksums have none); None for any other chain."""
+    codecs = arr.metadata.codecs
+    crc = len(codecs) == 3 and isinstance(codecs[2], Crc32cCodec)
+    if len(codecs) != 2 + crc or not isinstance(codecs[0], BytesCodec) or not isinstance(codecs[1], BloscCodec):
+        return None
+    return crc
 
 
 def _arrays_under(group: zarr.Group, prefix: str):

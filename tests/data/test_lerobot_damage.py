@@ -92,3 +92,89 @@ def test_failed_export_leaves_nothing(tmp_path):
     with pytest.raises(ValueError, match=r"'obs/state' has rows of shape \[2, 3\]"):
         export_lerobot(EpisodeStore(tmp_path / "m.zarr"), tmp_path / "out2", fps=10)
     assert not (tmp_path / "out2").exists()
+
+
+@pytest.fixture(scope="module")
+def two_files(dataset, tmp_path_factory):
+    """The dataset with episodes 2-3 read from a second data file and a second mp4 (copies of the first ones,
+    which hold their frames too), as LeRobot's writer lays out a dataset once a file reaches its size limit."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = shutil.copytree(dataset, tmp_path_factory.mktemp("two") / "data")
+    for first in [root / "data/chunk-000/file-000.parquet", *root.glob("videos/*/chunk-000/file-000.mp4")]:
+        shutil.copy(first, first.with_name(first.name.replace("file-000", "file-001")))
+    meta = root / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(meta)
+    videos = [n for n in table.column_names if n.startswith("videos/") and n.endswith("/file_index")]
+    for name in ["data/file_index", *videos]:
+        index = table.schema.get_field_index(name)
+        table = table.set_column(index, name, pa.array([0, 0, 1, 1], table.schema.field(name).type))
+    pq.write_table(table, meta)
+    clean = import_lerobot(root, tmp_path_factory.mktemp("clean") / "s.zarr")
+    assert clean.num_episodes == 4
+    return root, clean
+
+
+def truncate(path, keep=0.6):
+    path.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
+
+
+def garble_head(path):
+    data = bytearray(path.read_bytes())
+    data[:64] = bytes(range(64))
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("file, damage", [
+    ("data/chunk-000/file-001.parquet", truncate),
+    ("data/chunk-000/file-000.parquet", truncate),
+    ("data/chunk-000/file-001.parquet", garble_head),
+    ("videos/observation.images.cam/chunk-000/file-001.mp4", truncate),
+    ("videos/observation.images.cam/chunk-000/file-000.mp4", truncate),
+    ("videos/observation.images.cam/chunk-000/file-001.mp4", garble_head),
+])
+def test_damaged_file_skips_its_episodes_and_imports_the_rest(two_files, tmp_path, file, damage):
+    root, clean = two_files
+    src = shutil.copytree(root, tmp_path / "data")
+    damage(src / file)
+    lost, kept = ([2, 3], [0, 1]) if "file-001" in file else ([0, 1], [2, 3])
+    with pytest.warns(UserWarning) as caught:
+        store = import_lerobot(src, tmp_path / "s.zarr")
+    lines = [str(w.message) for w in caught]
+    assert len(lines) == 2, lines
+    assert f"skipping episodes {lost}: {src / file}: " in lines[0]
+    assert lines[1] == f"import_lerobot: imported 2 of 4 episodes of {src}; skipped 2 damaged: {file}: episodes {lost}"
+    assert store.num_episodes == 2 and store.attrs["lerobot_skipped"] == lost
+    for ours, theirs in enumerate(kept):  # the episodes kept are those of an import of the undamaged dataset
+        (a, b), (c, d) = store.episode_range(ours), clean.episode_range(theirs)
+        for key in ("obs/state", "obs/images/cam", "action", "obs/language"):
+            assert np.array_equal(store.read(key, a, b), clean.read(key, c, d)), key
+
+
+def test_every_episode_damaged_is_an_error_and_nothing_is_left(two_files, tmp_path):
+    src = shutil.copytree(two_files[0], tmp_path / "data")
+    truncate(src / "data/chunk-000/file-000.parquet")
+    truncate(src / "videos/observation.images.cam/chunk-000/file-001.mp4")
+    with pytest.raises(ValueError, match=r"every episode of .* is damaged \(data/chunk-000/file-000.parquet: "
+                                         r"episodes \[0, 1\]; videos/.*/file-001.mp4: episodes \[2, 3\]\)"):
+        import_lerobot(src, tmp_path / "s.zarr")
+    nothing_left(tmp_path)
+
+
+def test_a_damaged_dataset_as_data_trains_on_the_rest(two_files, tmp_path, monkeypatch):
+    import torch
+
+    from embodied.data.sources import open_data
+    from embodied.specs import Spec
+
+    monkeypatch.setenv("EMBODIED_CACHE", str(tmp_path / "cache"))
+    src = shutil.copytree(two_files[0], tmp_path / "data")
+    truncate(src / "data/chunk-000/file-000.parquet")
+    spec = {"state": Spec((6,)), "images/cam": Spec((48, 64, 3), torch.uint8)}
+    with pytest.warns(UserWarning) as caught:
+        source = open_data([src], spec, Spec((2,)), 0.99)
+    assert "skipping episodes [0, 1]" in str(caught[0].message) and "imported 2 of 4" in str(caught[1].message)
+    assert len(source) == sum(len(wide_episode(i)["reward"]) for i in (2, 3))
+    with pytest.warns(UserWarning, match=r"episodes \[0, 1\] are damaged and left out"):  # the cached import
+        assert len(open_data([src], spec, Spec((2,)), 0.99)) == len(source)
