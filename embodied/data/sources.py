@@ -7,6 +7,7 @@ scripted demonstrations, streamed from disk.
     batch = source.sample(256, generator)    # TensorDict [256], uniform over all kept rows of all stores
     source.interventions()                   # a DataSource over the is_intervention rows only, or None
     source.observations(10_000, generator)   # TensorDict [<= 10_000]: obs/<k> of distinct rows, non-image keys
+    source.columns()                         # every row's vector keys (obs, action, reward, ...): normalizers
     source.to_tensordict()                   # every row in memory (small sources: tests)
 
 A batch holds what a ReplayBuffer of transitions holds, so a source stands in for one inside MixedSampler:
@@ -157,6 +158,20 @@ class DataSource:
             obs = {k: v[t] for k, v in p.sampler.columns.items() if k.startswith(keys.OBS + "/")}
             parts.append(TensorDict(obs, batch_size=[len(t)]))
         return torch.cat(parts).unflatten_keys("/")[keys.OBS].to(self.parts[0].sampler.device)
+
+    def columns(self) -> TensorDict:
+        """Every row's vector keys (no images are read): obs/<k>, action [len, A] (the row's own), reward,
+        terminated, mc_return -> TensorDict [len], e.g. to fit a policy's state and action normalizers on all
+        of the data."""
+        parts = []
+        for p in self.parts:
+            t = p.starts
+            flat = {k: v[t] for k, v in p.sampler.columns.items()
+                    if k.startswith(keys.OBS + "/") or k in (keys.ACTION, keys.REWARD, keys.TERMINATED)}
+            flat[keys.ACTION], flat[keys.REWARD] = flat[keys.ACTION].float(), flat[keys.REWARD].float()
+            flat[keys.TERMINATED], flat[keys.MC_RETURN] = flat[keys.TERMINATED].bool(), p.mc_return[t]
+            parts.append(TensorDict(flat, batch_size=[len(t)]).unflatten_keys("/"))
+        return torch.cat(parts).to(self.parts[0].sampler.device)
 
     def to_tensordict(self) -> TensorDict:
         """Every row as one TensorDict [len] (images included: for small sources)."""

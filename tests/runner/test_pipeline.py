@@ -62,10 +62,9 @@ def test_demos_are_recorded_once_into_the_run_and_read_as_data(tmp_path):
         stamp = (path / "zarr.json").stat().st_mtime_ns
     assert pipeline.data_paths() == [path] and (path / "zarr.json").stat().st_mtime_ns == stamp  # not recorded again
     demos = pipeline.open([path]).columns()
-    done = demos[keys.TERMINATED] | demos[keys.TRUNCATED]
-    assert int(done.sum()) == 8
-    assert demos[keys.TERMINATED].sum() >= 6  # the noiseless scripted expert succeeds (terminates) almost always
-    # the return-to-go of each episode's last step is its reward
+    done = demos[keys.TERMINATED]
+    assert done.sum() >= 6  # the noiseless scripted expert succeeds (terminates) almost always
+    # the return-to-go of a terminated episode's last step is its reward
     assert torch.allclose(demos[keys.MC_RETURN][done], demos[keys.REWARD][done])
 
 
