@@ -8,6 +8,12 @@ through a small CNN per camera (policies/common/nets.py); the critic reads the s
 features unless it is asymmetric, where the privileged state stands in for them
 (cheaper, and the value needs no perception). States are normalized by running
 statistics the policy carries (and saves), updated through `observe`.
+
+The critic outputs one scalar value (trained by squared error) or, with
+`critic_bins` > 0, HL-Gauss logits over [critic_v_min, critic_v_max] (Farebrother
+et al. 2024, "Stop Regressing"): `act` and `value` give the scalar value (the mean
+bin value, what GAE reads) and `evaluate` gives the prediction `critic_head` trains
+(the value [N], or the logits [N, bins]).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodied import keys
+from embodied.algorithms.losses import CriticHead
 from embodied.config import check
 from embodied.policy import ActOutput, Policy
 from embodied.specs import Spec
@@ -46,6 +53,12 @@ class MLPConfig:
     image_channels: tuple[int, int, int] = (32, 64, 64)  # widths of the three stride-2 convolutions (nets.ImageEncoder)
     # keypoints (Levine et al. 2016) rather than average pooling: a reaching policy needs where things are
     image_pool: Literal["avg", "spatial_softmax"] = "spatial_softmax"
+    # critic output: 0 = one scalar value trained by squared error (rsl_rl, CleanRL); >= 2 = HL-Gauss logits over this
+    # many bins on [critic_v_min, critic_v_max] (Farebrother et al. 2024),
+    # e.g. 51 (C51's atom count, Bellemare et al. 2017)
+    critic_bins: int = 0
+    critic_v_min: float | None = None  # lowest return the HL-Gauss critic represents (targets are clamped to the range)
+    critic_v_max: float | None = None  # highest return the HL-Gauss critic represents
 
     def __post_init__(self):
         check(len(self.actor_hidden) > 0 and all(w > 0 for w in self.actor_hidden), "policy.actor_hidden needs positive widths")
@@ -57,6 +70,7 @@ class MLPConfig:
               f"policy.image_channels={self.image_channels} needs three positive widths")
         check(self.image_pool in ("avg", "spatial_softmax"),
               f"policy.image_pool={self.image_pool!r}; valid choices: avg, spatial_softmax")
+        CriticHead(self.critic_bins, self.critic_v_min, self.critic_v_max)  # validates the critic_* keys
 
 
 class RunningNorm(nn.Module):
@@ -129,7 +143,9 @@ class MLPPolicy(Policy):
         act_dim = action_spec.shape[0]
         self.actor = mlp([obs_dim + image_dim, *config.actor_hidden, act_dim], config.activation, out_gain=0.01)
         critic_dim = obs_dim + (priv_dim if config.asymmetric_critic else image_dim)
-        self.critic = mlp([critic_dim, *config.critic_hidden, 1], config.activation, out_gain=1.0)
+        self.critic_head = CriticHead(config.critic_bins, config.critic_v_min, config.critic_v_max)
+        critic_sizes = [critic_dim, *config.critic_hidden, self.critic_head.outputs]
+        self.critic = mlp(critic_sizes, config.activation, out_gain=1.0)
         self.log_std = nn.Parameter(torch.full((act_dim,), math.log(config.init_std)))
         until = config.normalize_until
         self.state_norm = RunningNorm(obs_dim, until=until) if config.normalize_obs else nn.Identity()
@@ -152,7 +168,7 @@ class MLPPolicy(Policy):
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOutput:
         state, features = self._encode(obs)
         mean = self.actor(self._actor_input(state, features))
-        value = self.critic(self._critic_input(obs, state, features)).squeeze(-1)
+        value = self.critic_head.value(self._critic_prediction(obs, state, features))
         if deterministic:
             return ActOutput(mean, torch.zeros_like(value), value, {})
         std = self.log_std.exp()
@@ -162,17 +178,22 @@ class MLPPolicy(Policy):
         return ActOutput(action, log_prob, value, {})
 
     def evaluate(self, obs: TensorDict, action: torch.Tensor, extras: dict[str, Any] | None = None):
+        """log-prob [N], entropy [N], and the critic's prediction: the value [N], or with critic_bins > 0
+        its HL-Gauss logits [N, bins] (`critic_head.value` reads them, `critic_head.loss` trains them)."""
         state, features = self._encode(obs)
         mean = self.actor(self._actor_input(state, features))
-        value = self.critic(self._critic_input(obs, state, features)).squeeze(-1)
+        prediction = self._critic_prediction(obs, state, features)
         z = (action - mean) * torch.exp(-self.log_std)
         log_prob = -(0.5 * z.square() + self.log_std + _LOG_SQRT_2PI).sum(-1)
         entropy = (self.log_std + 0.5 + _LOG_SQRT_2PI).sum().expand_as(log_prob)
-        return log_prob, entropy, value
+        return log_prob, entropy, prediction
 
     def value(self, obs: TensorDict) -> torch.Tensor:
         state, features = self._encode(obs, images=not self.config.asymmetric_critic)  # privileged: no CNN pass
-        return self.critic(self._critic_input(obs, state, features)).squeeze(-1)
+        return self.critic_head.value(self._critic_prediction(obs, state, features))
+
+    def _critic_prediction(self, obs: TensorDict, state: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
+        return self.critic_head.prediction(self.critic(self._critic_input(obs, state, features)))
 
     def bc_loss(self, batch: TensorDict) -> torch.Tensor:
         """Negative log-likelihood of the demonstrated actions."""

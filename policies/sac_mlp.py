@@ -3,11 +3,16 @@
     policy = SACPolicy(SACPolicy.Config(), observation_spec, action_spec)
     action, log_prob = policy.sample(state)          # reparameterized, for actor losses
     q = policy.q(state, action)                      # [E, B], one row per ensemble member
+    pred = policy.q_prediction(state, action)        # what the critic loss reads: q, or logits [E, B, bins]
 
 The actor sees `obs["state"]` and outputs a = tanh(u), u ~ N(mu(s), sigma(s))
 (Haarnoja et al. 2018, Appendix C), scaled into the action spec's box. The critic is an ensemble of E Q-networks evaluated as one batched
 matmul per layer; with `layer_norm` each hidden layer is Dense -> LayerNorm ->
 activation, as in RLPD (Ball et al. 2023, Sec. 4.1; ikostrikov/rlpd `MLP`).
+With `critic_bins` > 0 each member outputs HL-Gauss logits over [critic_v_min,
+critic_v_max] (Farebrother et al. 2024) and `q` is their mean bin value; the
+policy's `critic_head` (embodied/algorithms/losses.py `CriticHead`) says how to
+read and train them, so the algorithms never branch on it.
 The policy holds no target networks and no optimizer: those belong to the
 algorithm, so the same weights move between BC, offline and online stages.
 """
@@ -24,6 +29,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodied import keys
+from embodied.algorithms.losses import CriticHead
 from embodied.config import check
 from embodied.policy import ActOutput, Policy
 from embodied.specs import Spec
@@ -45,12 +51,23 @@ class SACPolicyConfig:
     activation: Literal["relu", "elu", "silu", "tanh"] = "relu"  # SAC and RLPD use ReLU
     log_std_min: float = -5.0  # CleanRL's SAC bounds on log sigma (SB3 uses -20)
     log_std_max: float = 2.0
+    # critic output: 0 = one scalar Q trained by squared error (SAC); >= 2 = HL-Gauss logits over this many bins
+    # on [critic_v_min, critic_v_max] (Farebrother et al. 2024),
+    # e.g. 51 (C51's atom count, Bellemare et al. 2017)
+    critic_bins: int = 0
+    critic_v_min: float | None = None  # lowest Q the HL-Gauss critic represents (targets are clamped to the range)
+    critic_v_max: float | None = None  # highest Q the HL-Gauss critic represents
 
     def __post_init__(self):
         check(len(self.actor_hidden) > 0 and all(w > 0 for w in self.actor_hidden), "policy.actor_hidden needs positive widths")
         check(len(self.critic_hidden) > 0 and all(w > 0 for w in self.critic_hidden), "policy.critic_hidden needs positive widths")
         check(self.num_critics >= 1, f"policy.num_critics={self.num_critics} must be >= 1")
         check(self.log_std_min < self.log_std_max, "policy.log_std_min must be < policy.log_std_max")
+        critic_head(self)  # validates critic_bins / critic_v_min / critic_v_max
+
+
+def critic_head(config: SACPolicyConfig) -> CriticHead:
+    return CriticHead(config.critic_bins, config.critic_v_min, config.critic_v_max)
 
 
 def _uniform_(tensor: torch.Tensor, fan_in: int) -> None:
@@ -125,8 +142,9 @@ class SACPolicy(Policy):
             layers += [nn.Linear(sizes[i], sizes[i + 1]), nn.ReLU() if act is F.relu else _Activation(config.activation)]
         self.actor_trunk = nn.Sequential(*layers)
         self.actor_head = nn.Linear(sizes[-1], 2 * act_dim)  # mean and log sigma
-        self.critic = EnsembleMLP(config.num_critics, [obs_dim + act_dim, *config.critic_hidden, 1],
-                                  config.activation, config.layer_norm)
+        self.critic_head = critic_head(config)
+        sizes = [obs_dim + act_dim, *config.critic_hidden, self.critic_head.outputs]
+        self.critic = EnsembleMLP(config.num_critics, sizes, config.activation, config.layer_norm)
 
     # --- building blocks the algorithms call ------------------------------------------------
     def actor_params(self) -> list[nn.Parameter]:
@@ -164,13 +182,18 @@ class SACPolicy(Policy):
     def _log_prob(self, z: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return _squashed_log_prob(z, log_std, u) - self.action_scale.log().sum()
 
-    def q(self, state: torch.Tensor, action: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
-        """Q of every ensemble member, [E, B] (state [B, D] or [E, B, D], action likewise)."""
+    def q_prediction(self, state: torch.Tensor, action: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        """The critic's prediction for every member: Q [E, B], or HL-Gauss logits [E, B, bins]
+        (`critic_head.value` reads it, `critic_head.loss` trains it). state [B, D] or [E, B, D], action likewise."""
         if state.dim() == action.dim():
             x = torch.cat([state, action], dim=-1)
         else:
             x = torch.cat([state.unsqueeze(0).expand(action.shape[0], *state.shape), action], dim=-1)
-        return self.critic(x, detach_params).squeeze(-1)
+        return self.critic_head.prediction(self.critic(x, detach_params))
+
+    def q(self, state: torch.Tensor, action: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        """Q of every ensemble member, [E, B] (state [B, D] or [E, B, D], action likewise)."""
+        return self.critic_head.value(self.q_prediction(state, action, detach_params))
 
     # --- the Policy contract ----------------------------------------------------------------
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOutput:

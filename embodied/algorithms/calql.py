@@ -7,10 +7,12 @@ Fine-Tuning"): CQL (Kumar et al. 2020) whose conservative term is calibrated by 
 Critic loss = SAC's TD loss + cql_alpha * sum_e CQL(H)_e, where CQL(H) is the
 importance-sampled logsumexp of Q over uniform and policy actions minus Q of the
 data's actions (`cql_penalty`), and Cal-QL replaces Q(s, a ~ pi) inside it by
-max(Q(s, a ~ pi), mc_return(s)) (`calibrate`). The actor and temperature are
-SAC's. Defaults follow the Cal-QL reference code's AntMaze/Adroit settings
-(built on JaxCQL): cql_alpha 5, 10 sampled actions per proposal, temperature 1,
-no entropy in the backup, actor lr 1e-4, critic lr 3e-4.
+max(Q(s, a ~ pi), mc_return(s)) (`calibrate`). With an HL-Gauss critic
+(policy.critic_bins) the TD term is its cross-entropy and the penalty acts on the
+values read from its logits. The actor and temperature are SAC's. Defaults follow
+the Cal-QL reference code's AntMaze/Adroit settings (built on JaxCQL): cql_alpha 5,
+10 sampled actions per proposal, temperature 1, no entropy in the backup, actor lr
+1e-4, critic lr 3e-4.
 """
 
 from __future__ import annotations

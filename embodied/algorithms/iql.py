@@ -12,7 +12,9 @@ With window batches (reward [B, H], `mask` [B, H] True on the steps taken,
 target of CO-RFT (`chunked_td_target`): Q scores the whole chunk when the
 policy's action is the flattened chunk [B, H * A], else it is the in-sample
 n-step backup of the window's first action. The V network
-lives here (the policy carries only actor and Q); defaults are the paper's
+lives here (the policy carries only actor and Q) and stays a scalar regressed by
+the expectile loss; the Q critic is trained and read through the policy's
+`critic_head` (MSE, or HL-Gauss with policy.critic_bins). Defaults are the paper's
 MuJoCo locomotion settings (Appendix B): tau 0.7, beta 3, lr 3e-4, Polyak 0.005.
 """
 
@@ -87,8 +89,9 @@ class IQL:
     def update(self, batch: TensorDict, update_actor: bool = True) -> dict[str, torch.Tensor]:
         cfg, policy = self.config, self.policy
         state, action, reward, next_state, terminated = transition(batch)
+        head = policy.critic_head
         with torch.no_grad():
-            q_target = self.target_critic(torch.cat([state, action], -1)).squeeze(-1).amin(0)  # [B]
+            q_target = head.value(head.prediction(self.target_critic(torch.cat([state, action], -1)))).amin(0)  # [B]
         # V: an upper expectile of the data's Q values
         value = self.value_net(state).squeeze(-1)
         v_loss = expectile_loss(q_target - value, cfg.expectile)
@@ -101,8 +104,9 @@ class IQL:
                 target = chunked_td_target(reward, batch[keys.MASK], terminated, next_value, cfg.gamma)
             else:
                 target = soft_td_target(reward, terminated, next_value, cfg.gamma)
-        q = policy.q(state, action)
-        q_loss = critic_loss(q, target)
+        prediction = policy.q_prediction(state, action)
+        q = head.value(prediction)
+        q_loss = critic_loss(prediction, target, head)
         finite(q_loss, "critic")
         self._step(self.critic_optimizer, q_loss)
         polyak_update(self._target_params, self._critic_params, cfg.tau)

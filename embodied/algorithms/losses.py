@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import math
 import typing
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
+
+from embodied.config import check
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -190,23 +193,28 @@ def value_loss(
     ret: torch.Tensor,
     clip: float | None = None,
     mask: torch.Tensor | None = None,
+    head: CriticHead | None = None,
 ) -> torch.Tensor:
-    """Squared-error value loss `0.5 * (value - ret)^2`, masked mean; all `[...]`.
+    """Value loss: `head.loss(value, ret)` (squared error `0.5 * (value - ret)^2` by default), masked mean.
 
+    value / old_value / ret: `[...]`; with an HL-Gauss `head` value is its logits `[..., bins]`.
     The 0.5 follows CleanRL (`v_loss = 0.5 * ...`) and OpenAI baselines' ppo2, so a
     value_coef of 0.5 means what it means there (rsl_rl drops the 0.5 and uses
-    value_loss_coef = 1.0, i.e. twice this). With `clip`, the PPO2 pessimistic form:
-    the larger of the unclipped error and the error of `old_value + clip(value -
-    old_value, -clip, clip)`, so the critic cannot profit from moving further than
-    `clip` from its rollout-time estimate.
+    value_loss_coef = 1.0, i.e. twice this). With `clip` (squared error only), the PPO2
+    pessimistic form: the larger of the unclipped error and the error of `old_value +
+    clip(value - old_value, -clip, clip)`, so the critic cannot profit from moving further
+    than `clip` from its rollout-time estimate.
     """
-    ret = ret.detach()
-    error = (value - ret).square()
+    head = SCALAR_CRITIC if head is None else head
+    loss = head.loss(value, ret)
     if clip is not None:
+        if head.bins:
+            raise ValueError("value clipping bounds a squared error; an HL-Gauss critic's cross-entropy has no "
+                             "clipped form (set algo.value_clip=null)")
         old_value = old_value.detach()
         clipped_value = old_value + (value - old_value).clamp(-clip, clip)
-        error = torch.maximum(error, (clipped_value - ret).square())
-    return 0.5 * masked_mean(error, mask)
+        loss = torch.maximum(loss, head.loss(clipped_value, ret))
+    return masked_mean(loss, mask)
 
 
 def _hl_gauss_edges(v_min: float, v_max: float, num_bins: int, like: torch.Tensor) -> torch.Tensor:
@@ -255,9 +263,73 @@ def hl_gauss_loss(
     Masked mean over `[...]`. Minimized (at the entropy of the target) when
     softmax(logits) equals the target distribution. sigma: see `hl_gauss_targets`.
     """
+    return masked_mean(_hl_gauss_cross_entropy(logits, target, v_min, v_max, sigma), mask)
+
+
+def _hl_gauss_cross_entropy(
+    logits: torch.Tensor, target: torch.Tensor, v_min: float, v_max: float, sigma: float | None = None
+) -> torch.Tensor:
+    """Per-entry cross-entropy `[...]` of logits `[..., K]` against the HL-Gauss target of `target` `[...]`."""
     probs = hl_gauss_targets(target, v_min, v_max, logits.shape[-1], sigma)
-    cross_entropy = -(probs * F.log_softmax(logits, dim=-1)).sum(-1)
-    return masked_mean(cross_entropy, mask)
+    return -(probs * F.log_softmax(logits, dim=-1)).sum(-1)
+
+
+@dataclass(frozen=True)
+class CriticHead:
+    """How a critic's output is read as a value and trained toward a scalar target; the policy owns it
+    (it sets the critic's output width), the algorithms call `value` wherever they read a Q or V and
+    `loss` for the critic's loss, so MSE and HL-Gauss critics share every other line.
+
+    bins = 0: one output, the value itself; loss `0.5 * (v - y)^2` (the 0.5 as in CleanRL and SB3).
+    bins >= 2: logits over `bins` equal bins on [v_min, v_max], read as the mean of the bin centers
+    (`hl_gauss_value`) and trained by the HL-Gauss cross-entropy (`hl_gauss_loss`, Farebrother et al.
+    2024, "Stop Regressing"), sigma 0.75 bin widths (the paper's recommended ratio). Targets outside
+    [v_min, v_max] are clamped to it, so the range must cover the returns. Built from the policy keys
+    `policy.critic_bins`, `policy.critic_v_min`, `policy.critic_v_max`, which its errors name.
+
+    Prediction shapes: `[...]` for bins = 0, `[..., bins]` otherwise (`prediction` makes one from
+    a network output `[..., outputs]`).
+    """
+
+    bins: int = 0
+    v_min: float | None = None
+    v_max: float | None = None
+
+    def __post_init__(self):
+        if self.bins == 0:
+            check(self.v_min is None and self.v_max is None,
+                  f"policy.critic_v_min={self.v_min} / policy.critic_v_max={self.v_max} bound an HL-Gauss critic: "
+                  "set policy.critic_bins >= 2 too, or leave them null")
+            return
+        check(self.bins >= 2, f"policy.critic_bins={self.bins} must be 0 (a scalar critic trained by squared "
+                              "error) or >= 2 (HL-Gauss bins, e.g. 51)")
+        check(self.v_min is not None and self.v_max is not None,
+              f"policy.critic_bins={self.bins} needs policy.critic_v_min and policy.critic_v_max, "
+              "the range of returns the critic predicts")
+        check(math.isfinite(self.v_min) and math.isfinite(self.v_max) and self.v_min < self.v_max,
+              f"policy.critic_v_min={self.v_min} must be < policy.critic_v_max={self.v_max} (both finite)")
+
+    @property
+    def outputs(self) -> int:
+        """Width of the critic network's last layer."""
+        return self.bins or 1
+
+    def prediction(self, out: torch.Tensor) -> torch.Tensor:
+        """A network output `[..., outputs]` as the prediction `value` and `loss` read."""
+        return out if self.bins else out.squeeze(-1)
+
+    def value(self, prediction: torch.Tensor) -> torch.Tensor:
+        """The scalar value `[...]` of a prediction."""
+        return hl_gauss_value(prediction, self.v_min, self.v_max) if self.bins else prediction
+
+    def loss(self, prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Per-entry loss `[...]` of a prediction against a (detached) scalar target `[...]`."""
+        if not self.bins:
+            return 0.5 * (prediction - target.detach()).square()
+        return _hl_gauss_cross_entropy(prediction, target, self.v_min, self.v_max)
+
+
+SCALAR_CRITIC = CriticHead()  # the default: a scalar critic trained by squared error
 
 
 def entropy_loss(entropy: torch.Tensor, mask: torch.Tensor | None = None, agg: Agg = "token-mean") -> torch.Tensor:
@@ -281,13 +353,15 @@ def ppo_loss(
     value_coef: float,
     entropy_coef: float,
     agg: Agg,
+    critic_head: CriticHead | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """`policy_loss + value_coef * value_loss - entropy_coef * entropy`, and metrics.
 
     new_log_prob, old_log_prob: `[T, N]` or `[B, L]`; advantage: the same or `[B]`;
     mask: bool like new_log_prob or None. value / old_value / ret: like
     new_log_prob (per-token critic) or `[B]` (one value per sequence, then masked by
-    "sequence has a real token"); pass value=None for a critic-free update.
+    "sequence has a real token"); pass value=None for a critic-free update. With an
+    HL-Gauss `critic_head`, value is its logits (one more trailing dim) and old_value unused.
     entropy: like new_log_prob, or None (policies without a tractable entropy).
     Defaults live in the algorithm's Config, not here.
     """
@@ -295,9 +369,10 @@ def ppo_loss(
     metrics["policy_loss"] = loss.detach()
     if value is not None:
         value_mask = mask
-        if mask is not None and value.dim() < mask.dim():
+        value_dims = value.dim() - (1 if critic_head is not None and critic_head.bins else 0)
+        if mask is not None and value_dims < mask.dim():
             value_mask = mask.any(-1)
-        v_loss = value_loss(value, old_value, ret, value_clip, value_mask)
+        v_loss = value_loss(value, old_value, ret, value_clip, value_mask, critic_head)
         loss = loss + value_coef * v_loss
         metrics["value_loss"] = v_loss.detach()
     if entropy is not None:

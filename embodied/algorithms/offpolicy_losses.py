@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from embodied.algorithms.losses import SCALAR_CRITIC, CriticHead
+
 
 @torch.no_grad()
 def soft_td_target(
@@ -77,13 +79,16 @@ def ensemble_min(q: torch.Tensor, num_min: int | None = None, generator: torch.G
     return q.index_select(0, idx.to(q.device)).amin(0)
 
 
-def critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """`0.5 * sum over members of mean_b (Q_e - y)^2` for q [E, B], target [B] (detached).
+def critic_loss(prediction: torch.Tensor, target: torch.Tensor, head: CriticHead | None = None) -> torch.Tensor:
+    """`sum over members of mean_b head.loss(prediction_e, y)` for an ensemble's prediction [E, B]
+    (or HL-Gauss logits [E, B, bins]) and target [B] (detached); the default head's loss is
+    `0.5 * (Q_e - y)^2`.
 
     Summing over members (not averaging) gives each member the same gradient as
     if it were trained alone, as SB3's and CleanRL's SAC do with two critics.
     """
-    return 0.5 * (q - target.detach()).square().mean(-1).sum()
+    head = SCALAR_CRITIC if head is None else head
+    return head.loss(prediction, target).mean(-1).sum()
 
 
 def sac_actor_loss(q: torch.Tensor, log_prob: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,11 @@
     algo = PPO(config, policy)
     metrics = algo.update(batch)   # batch: Collector output, TensorDict [T, N]
 
-The same update trains any `Policy`: it only calls `policy.evaluate`.
+The same update trains any `Policy`: it only calls `policy.evaluate`. A policy
+whose critic is an HL-Gauss classifier (policies/mlp.py with `policy.critic_bins`)
+declares it by its `critic_head` (embodied/algorithms/losses.py `CriticHead`):
+`evaluate` then gives the critic's logits and the value loss is the head's
+cross-entropy; GAE reads the scalar values the rollout stored.
 Defaults follow rsl_rl's PPO (Rudin et al. 2022, "Learning to Walk in Minutes
 Using Massively Parallel Deep RL"), the reference for GPU-parallel robotics PPO.
 """
@@ -17,7 +21,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.algorithms.advantages import gae, normalize
-from embodied.algorithms.losses import NonFiniteLossError, ppo_loss
+from embodied.algorithms.losses import SCALAR_CRITIC, NonFiniteLossError, ppo_loss
 from embodied.config import ConfigError, check
 from embodied.policy import Policy
 
@@ -68,6 +72,12 @@ class PPO:
         if (config.critic_lr is not None or config.critic_warmup) and not isinstance(critic, torch.nn.Module):
             raise ConfigError(f"algo.critic_lr / algo.critic_warmup need a policy with a separate critic module; "
                               f"{type(policy).__name__} has none (e.g. policy.critic=mlp for the VLA)")
+        # a policy without a declared critic_head (diffusion, flow, VLA) has a scalar critic trained by squared error
+        self.critic_head = getattr(policy, "critic_head", SCALAR_CRITIC)
+        if self.critic_head.bins and config.value_clip is not None:
+            raise ConfigError(f"algo.value_clip={config.value_clip} clips a squared-error value loss; with "
+                              f"policy.critic_bins={self.critic_head.bins} (HL-Gauss cross-entropy) "
+                              "set algo.value_clip=null")
         groups = [{"params": list(policy.parameters())}]
         if config.critic_lr is not None:  # group 1: the critic, at its own fixed lr
             own = {id(p) for p in critic.parameters()}
@@ -120,7 +130,7 @@ class PPO:
         loss, metrics = ppo_loss(
             log_prob, mb[keys.LOG_PROB], mb[keys.ADVANTAGE], value, mb[keys.VALUE], mb[keys.RETURN], entropy,
             mask, clip=cfg.clip, dual_clip=cfg.dual_clip, value_clip=cfg.value_clip,
-            value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, agg="token-mean",
+            value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, agg="token-mean", critic_head=self.critic_head,
         )
         if not torch.isfinite(loss):
             raise NonFiniteLossError(f"PPO loss became {loss.item()} (metrics: { {k: float(v) for k, v in metrics.items()} })")

@@ -6,8 +6,10 @@
 
 Transitions hold `obs`, `action`, `reward`, `next_obs`, `terminated` (a time
 limit is not a termination). The policy is an actor-critic with a Q ensemble
-(`policies/sac_mlp.py`): it provides `sample`, `log_prob`, `q`, `critic`,
-`actor_params` and `critic_params`. Target critics, optimizers and the
+(`policies/sac_mlp.py`): it provides `sample`, `log_prob`, `q`, `q_prediction`,
+`critic`, `critic_head`, `actor_params` and `critic_params`. The critic loss and
+every Q read go through `critic_head` (a scalar MSE critic or HL-Gauss logits,
+the policy's `critic_bins`). Target critics, optimizers and the
 temperature live here, so the same policy weights can be trained by BC, IQL,
 Cal-QL and SAC in turn.
 
@@ -40,7 +42,8 @@ from embodied.config import check
 from embodied.data.replay import SOURCE
 from embodied.policy import Policy
 
-ACTOR_CRITIC_API = ("sample", "log_prob", "q", "critic", "actor_params", "critic_params")
+ACTOR_CRITIC_API = ("sample", "log_prob", "q", "q_prediction", "critic", "critic_head", "actor_params",
+                    "critic_params")
 
 
 @dataclass(frozen=True)
@@ -156,13 +159,16 @@ class SAC:
                                   next_log_prob if cfg.backup_entropy else None, self.alpha)
 
     def target_q(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self.target_critic(torch.cat([state, action], -1)).squeeze(-1)
+        head = self.policy.critic_head
+        return head.value(head.prediction(self.target_critic(torch.cat([state, action], -1))))
 
     def critic_step(self, batch: TensorDict) -> dict[str, torch.Tensor]:
         state, action = batch[keys.OBS][keys.STATE], batch[keys.ACTION]
         target = self.td_target(batch)
-        q = self.policy.q(state, action)
-        loss = critic_loss(q, target)
+        head = self.policy.critic_head
+        prediction = self.policy.q_prediction(state, action)
+        q = head.value(prediction)
+        loss = critic_loss(prediction, target, head)
         extra_loss, metrics = self.critic_regularizer(batch, q)
         if extra_loss is not None:
             loss = loss + extra_loss
