@@ -25,3 +25,5 @@ GROUP = "group"  # int64 [B]: rollouts sharing an initial state / prompt (GRPO, 
 EXTRAS = "extras"  # whatever Policy.evaluate needs besides obs and action
 REF_LOG_PROB = "ref_log_prob"  # log-probs under a frozen reference policy (KL term)
 MC_RETURN = "mc_return"  # float [B]: discounted return-to-go of the episode from this step (Cal-QL)
+LABEL = "label"  # int [B]: an operator's verdict on the episode, one of the values below
+NO_LABEL, FAILURE_LABEL, SUCCESS_LABEL = -1, 0, 1

@@ -35,7 +35,7 @@ from embodied import keys, registry
 from embodied.data.lerobot_format import progress_bar
 from embodied.data.store import EpisodeStore
 from embodied.demos import LIVE, collect_episodes
-from embodied.hil.session import FAILURE_LABEL, NO_LABEL, SUCCESS_LABEL
+from embodied.keys import FAILURE_LABEL, NO_LABEL, SUCCESS_LABEL
 
 
 def record(env, store_path: str | Path, episodes: int, seed: int, policy=None, progress: bool = False,

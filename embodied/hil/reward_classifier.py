@@ -32,7 +32,7 @@ from torch import nn
 from embodied import keys
 from embodied.config import check
 from embodied.envs import VecEnv
-from embodied.hil.session import FAILURE_LABEL, SUCCESS_LABEL
+from embodied.keys import FAILURE_LABEL, SUCCESS_LABEL
 from embodied.specs import Spec
 from policies.common.nets import ObsEncoder, value_mlp
 

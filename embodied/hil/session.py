@@ -39,11 +39,11 @@ import torch
 import yaml
 
 from embodied import keys, registry
+from embodied.keys import FAILURE_LABEL, NO_LABEL, SUCCESS_LABEL
 from embodied.hil.intervention import POLICY_ACTION, InterventionActor
 from embodied.runner import checkpoint
 
 TELEOP_PRESETS = Path(__file__).resolve().parents[2] / "configs" / "teleop"
-NO_LABEL, FAILURE_LABEL, SUCCESS_LABEL = -1, 0, 1
 
 
 @dataclass

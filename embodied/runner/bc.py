@@ -20,6 +20,7 @@ import torch
 from tensordict import TensorDict
 
 from embodied import keys
+from embodied.algorithms.losses import SCALAR_CRITIC
 from embodied.config import check
 
 
@@ -44,11 +45,15 @@ class BCConfig:
 
 
 def bc_step(policy, optimizer: torch.optim.Optimizer, batch: TensorDict, value_coef: float = 0.0) -> dict[str, torch.Tensor]:
-    """One Adam step on policy.bc_loss (+ value_coef * 0.5 (V - G)^2); the losses, detached."""
+    """One Adam step on policy.bc_loss (+ value_coef x the critic's loss toward the returns G, for squared error
+    0.5 (V - G)^2); the losses, detached."""
     bc = policy.bc_loss(batch)
     loss, losses = bc, {"bc_loss": bc.detach()}
-    if value_coef:
-        value = 0.5 * (policy.value(batch[keys.OBS]) - batch[keys.MC_RETURN]).square().mean()
+    if value_coef:  # by the policy's own critic loss (squared error, or HL-Gauss cross-entropy over its bins)
+        head = getattr(policy, "critic_head", SCALAR_CRITIC)
+        obs = batch[keys.OBS]
+        prediction = policy.evaluate(obs, batch[keys.ACTION])[2] if head.bins else policy.value(obs)
+        value = head.loss(prediction, batch[keys.MC_RETURN]).mean()
         loss, losses["value_loss"] = bc + value_coef * value, value.detach()
     optimizer.zero_grad(set_to_none=True)
     loss.backward()

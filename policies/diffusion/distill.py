@@ -27,12 +27,11 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.envs import VecEnv
-from policies.diffusion.policy import DiffusionPolicy
 
 ZERO_START_FRACTION = 0.25  # share of trajectories from x_K = 0 (the deterministic act's start)
 
 
-def distill(policy: DiffusionPolicy, dataset: TensorDict, updates: int, batch_size: int = 256, lr: float = 1e-3,
+def distill(policy, dataset: TensorDict, updates: int, batch_size: int = 256, lr: float = 1e-3,
             generator: torch.Generator | None = None) -> dict[str, float]:
     """Train policy.student on observations from `dataset` (TensorDict [M] with obs); returns final metrics."""
     if updates < 1:
@@ -63,7 +62,7 @@ def distill(policy: DiffusionPolicy, dataset: TensorDict, updates: int, batch_si
 
 
 @torch.no_grad()
-def teacher_observations(policy: DiffusionPolicy, env: VecEnv, seed: int) -> TensorDict:
+def teacher_observations(policy, env: VecEnv, seed: int) -> TensorDict:
     """Observations [M] of one episode per env driven by the policy's deterministic DDIM sampler."""
     obs, live, seen = env.reset(seed=seed)[0], torch.ones(env.num_envs, dtype=torch.bool, device=env.device), []
     for _ in range(env.max_episode_steps):

@@ -120,7 +120,6 @@ class DiffusionPolicy(ChunkPolicy):
         target = noise if self.config.prediction == "epsilon" else chunk
         return (pred - target).square()
 
-    @torch.no_grad()
     def distill_student(self, source, env, updates: int, batch_size: int, lr: float, generator: torch.Generator,
                         seed: int) -> dict[str, float]:
         """The pipeline's `bc.distill_updates`: consistency-distil the one-step student (policies/diffusion/distill.py)
@@ -131,6 +130,7 @@ class DiffusionPolicy(ChunkPolicy):
         observations = torch.cat([source.columns().select(keys.OBS), visited])
         return {**distill(self, observations, updates, batch_size, lr, generator), "distill_rows": observations.batch_size[0]}
 
+    @torch.no_grad()
     def teacher_trajectory(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         """Deterministic DDIM (eta = 0) from x_K [B, H, A]: every point [B, S + 1, H, A]."""
         points = [x]

@@ -21,7 +21,6 @@ from typing import Literal
 import torch
 
 from sims.arm_reach import kinematics as kin
-from sims.arm_reach.env import ArmReachEnv
 
 DLS_DAMPING = 0.02  # m; keeps joint steps bounded near the stretched-out singularity (Buss 2004, sec. 5)
 POSTURE_GAIN = 0.1  # fraction of the posture error closed per step, inside the null space
@@ -29,7 +28,7 @@ POSTURE_GAIN = 0.1  # fraction of the posture error closed per step, inside the 
 
 @torch.no_grad()
 def scripted_action(
-    env: ArmReachEnv, space: Literal["cartesian", "joint"] = "cartesian", gain: float = 0.5
+    env, space: Literal["cartesian", "joint"] = "cartesian", gain: float = 0.5
 ) -> torch.Tensor:
     """Action [N, J] closing `gain` of the remaining error each step, saturated to [-1, 1]."""
     qpos = env.qpos
@@ -46,7 +45,7 @@ def scripted_action(
     return _joint_step_to_action(env, step)
 
 
-def _dls_step(env: ArmReachEnv, jac: torch.Tensor, gain: float) -> torch.Tensor:
+def _dls_step(env, jac: torch.Tensor, gain: float) -> torch.Tensor:
     """Joint step [N, J] moving the tip `gain` of the way to the goal; jac [N, 3, J]."""
     jac_t = jac.transpose(-1, -2)
     eye = torch.eye(3, device=jac.device)
@@ -57,7 +56,7 @@ def _dls_step(env: ArmReachEnv, jac: torch.Tensor, gain: float) -> torch.Tensor:
     return step + (null @ (POSTURE_GAIN * (env.home - env.qpos)).unsqueeze(-1)).squeeze(-1)
 
 
-def _joint_step_to_action(env: ArmReachEnv, step: torch.Tensor) -> torch.Tensor:
+def _joint_step_to_action(env, step: torch.Tensor) -> torch.Tensor:
     """Joint displacement for the next control step [N, J] -> action [N, J].
 
     Velocity control commands step / dt directly; torque control inverts the

@@ -13,15 +13,13 @@ from __future__ import annotations
 import torch
 
 from sims.mujoco import scene
-from sims.mujoco.env import MujocoArmEnv
-from sims.mujoco.tasks import MujocoPickEnv, MujocoPushEnv, MujocoReachEnv
 
 HOVER = 0.07  # m, tcp height for moving over the cube without touching it
 OPEN, CLOSED = 1.0, -1.0
 
 
 @torch.no_grad()
-def scripted_action(env: MujocoArmEnv, state: torch.Tensor) -> torch.Tensor:
+def scripted_action(env, state: torch.Tensor) -> torch.Tensor:
     """The expert's action [N, 4] for observation `state` [N, 31] (env.config.control must be ee_delta)."""
     if env.config.control != "ee_delta":
         raise ValueError("the scripted experts drive control='ee_delta'")
@@ -29,9 +27,9 @@ def scripted_action(env: MujocoArmEnv, state: torch.Tensor) -> torch.Tensor:
     tcp, cube, target = state[:, 15:18], state[:, 18:21], state[:, 21:24]
     grasped = state[:, 30] > 0.5
     gripper = torch.full_like(tcp[:, 0], OPEN)
-    if isinstance(env, MujocoReachEnv):
+    if env.TASK == "reach":
         waypoint = target
-    elif isinstance(env, MujocoPushEnv):
+    elif env.TASK == "push":
         direction = target[:, :2] - cube[:, :2]
         direction = direction / direction.norm(dim=-1, keepdim=True).clamp(min=1e-6)
         behind = cube[:, :2] - (scene.CUBE_HALF + 0.03) * direction
@@ -44,7 +42,7 @@ def scripted_action(env: MujocoArmEnv, state: torch.Tensor) -> torch.Tensor:
             lined_up, torch.where(low, push_through, torch.cat([behind, z_low], -1)), torch.cat([behind, z_hover], -1)
         )
         gripper[:] = CLOSED
-    elif isinstance(env, MujocoPickEnv):
+    elif env.TASK == "pick":
         above = (tcp[:, :2] - cube[:, :2]).norm(dim=-1) < 0.008
         at_cube = above & (tcp[:, 2] - cube[:, 2] < 0.008)
         hover = torch.cat([cube[:, :2], torch.full_like(cube[:, :1], HOVER)], -1)
@@ -57,6 +55,6 @@ def scripted_action(env: MujocoArmEnv, state: torch.Tensor) -> torch.Tensor:
     return torch.cat([move, gripper[:, None]], -1).float()
 
 
-def expert(env: MujocoArmEnv) -> torch.Tensor:
+def expert(env) -> torch.Tensor:
     """`scripted_action` on the env's current state (the `embodied.demos` expert signature)."""
     return scripted_action(env, env.observe_state())

@@ -29,7 +29,7 @@ class ReachConfig(MujocoArmConfig):
 
 
 class MujocoReachEnv(MujocoArmEnv):
-    TASK_HAS_CUBE = False
+    TASK = "reach"
     Config = ReachConfig
     goal_relative_to = "tcp"
     templates = (
@@ -61,6 +61,7 @@ class PushConfig(MujocoArmConfig):
 
 
 class MujocoPushEnv(MujocoArmEnv):
+    TASK = "push"
     Config = PushConfig
     templates = (
         "push the red cube to the green marker",
@@ -102,6 +103,7 @@ class PickConfig(MujocoArmConfig):
 
 
 class MujocoPickEnv(MujocoArmEnv):
+    TASK = "pick"
     Config = PickConfig
     templates = (
         "pick up the red cube and lift it to the green ball",

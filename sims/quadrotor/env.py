@@ -334,9 +334,11 @@ class _QuadrotorEnv(VecEnv):
     def expert_action(self) -> torch.Tensor:
         """The scripted expert's action [N, 4] (sims/quadrotor/scripted.py: a cascaded PD controller): demonstrations
         and `embodied record --operator scripted` act with it."""
-        from sims.quadrotor.scripted import scripted_action
+        from sims.quadrotor.scripted import controller_action
 
-        return scripted_action(self)
+        state = self._observe()["state"]  # the observation the policy sees (p - target first)
+        motor_estimate = self._s[MOTOR_ESTIMATE].T  # rotor-speed fractions predicted from past commands
+        return controller_action(state, motor_estimate, self.params)
 
     def get_state(self) -> dict[str, torch.Tensor]:
         """Named [N, ...] copies of S plus "rng", the generator state. motor_speed is a fraction of max RPM;

@@ -1,6 +1,6 @@
 """A scripted hover / waypoint expert for the quadrotor envs: demonstrations, baselines and tests.
 
-    action = scripted_action(env)          # [N, 4] in [-1, 1], for env.step
+    action = env.expert_action()           # [N, 4] in [-1, 1], for env.step (calls controller_action here)
 
 A cascaded geometric controller on SE(3) (Lee, Leok & McClamroch 2010, "Geometric
 tracking control of a quadrotor UAV on SE(3)", eqs. 11-12 with zero desired
@@ -26,7 +26,6 @@ from __future__ import annotations
 import torch
 
 from sims.quadrotor.dynamics import wrench_matrix
-from sims.quadrotor.env import MOTOR_ESTIMATE, _QuadrotorEnv
 
 # Gains, per unit mass / inertia (accelerations), tuned on 500 hover episodes of the default env (success
 # rose from 72% to 99.8% going from the first to these): a position loop of natural frequency 5 rad/s and
@@ -37,14 +36,6 @@ KP_ATT = 500.0  # 1/s^2
 KD_ATT = 60.0  # 1/s
 MAX_TILT = 0.6  # rad: the horizontal demand is capped so the thrust vector tilts at most ~34 deg
 LAG_LEAD = 15.0  # motor command = estimate + (1 + LAG_LEAD) (desired - estimate), clipped to [0, 1]
-
-@torch.no_grad()
-def scripted_action(env: _QuadrotorEnv) -> torch.Tensor:
-    """Action [N, 4] of the geometric controller for every env, toward each env's current target."""
-    state = env._observe()["state"]  # the observation the policy sees (p - target first)
-    motor_estimate = env._s[MOTOR_ESTIMATE].T  # rotor-speed fractions predicted from past commands
-    return controller_action(state, motor_estimate, env.params)
-
 
 def controller_action(state: torch.Tensor, motor_estimate: torch.Tensor, params) -> torch.Tensor:
     """state [N, >=18] (p - target, v, body rates, row-major R body->world), motor_estimate [N, 4] -> action [N, 4]."""
