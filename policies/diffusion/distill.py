@@ -58,7 +58,7 @@ def distill(policy, dataset: TensorDict, updates: int, batch_size: int = 256, lr
         loss.backward()
         optimizer.step()
         schedule.step()
-    return {"distill_loss": float(loss)}
+    return {"distill_loss": float(loss.detach())}
 
 
 @torch.no_grad()
