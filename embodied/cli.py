@@ -378,13 +378,15 @@ def record_cmd(argv: list[str]) -> int:
     parser.add_argument("--steps", type=int, default=None, help="robot=: control steps per episode (default 300)")
     parser.add_argument("--hz", type=float, default=None, help="--teleop: steps per second (default: the env's "
                         "control rate; a sim driven by the scripted device runs unpaced)")  # fmt: skip
+    parser.add_argument("--action-noise", type=float, default=0.0,
+                        help="std of Gaussian noise added to each action (suboptimal, more varied demonstrations)")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
     try:
         if [args.operator, args.policy, args.teleop].count(None) != 2:
             raise ValueError("give one of --operator scripted, --policy <run> or --teleop <device>")
-        if args.episodes < 1 or args.num_envs < 1:
-            raise ValueError("--episodes and --num-envs must be >= 1")
+        if args.episodes < 1 or args.num_envs < 1 or args.action_noise < 0:
+            raise ValueError("--episodes and --num-envs must be >= 1, --action-noise >= 0")
         device, num_envs = resolve_device(args.device), min(args.num_envs, args.episodes)
         torch.manual_seed(args.seed)
         if args.teleop is not None:
@@ -408,14 +410,15 @@ def record_cmd(argv: list[str]) -> int:
             env = make_env(config, num_envs, device)
             policy = make_policy(config, env)
             policy.load_state_dict(checkpoint.load_model(ckpt, device))
-            summary = record(env, args.store, args.episodes, args.seed, policy=policy, progress=True)
+            summary = record(env, args.store, args.episodes, args.seed, policy=policy, progress=True,
+                             action_noise=args.action_noise, generator=torch.Generator().manual_seed(args.seed))
         else:
             names, params = _group_overrides(args.overrides, ("env",), "env=<name>, env.<key>=<value>")
             if "env" not in names:
                 raise KeyError("--operator scripted needs env=<name>")
             env_config = {"name": names["env"], **params["env"]}
             env = make_env({"env": env_config}, num_envs, device)
-            summary = record(env, args.store, args.episodes, args.seed, progress=True)
+            summary = record(env, args.store, args.episodes, args.seed, progress=True, action_noise=args.action_noise, generator=torch.Generator().manual_seed(args.seed))
     except (FileNotFoundError, KeyError, ValueError, RuntimeError, ConfigError, MissingExtraError,
             checkpoint.DamagedCheckpointError) as err:  # fmt: skip
         print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
@@ -441,6 +444,8 @@ def data_cmd(argv: list[str]) -> int:
     imp = actions.add_parser("import", help="read a LeRobotDataset v3 into a new store")
     imp.add_argument("lerobot", type=Path, help="the dataset directory (with meta/info.json)")
     imp.add_argument("store", type=Path, help="the store to create")
+    imp.add_argument("--language-bytes", type=int, default=128,
+                     help="width of obs/language (task strings, zero-padded); an env's width to round-trip its store")
     args = parser.parse_args(argv)
     try:
         message = _data(args)
@@ -469,7 +474,7 @@ def _data(args) -> str:
             return f"exported {store.num_episodes} episodes ({store.num_steps} frames) to {out}"
     if not args.lerobot.exists():
         raise FileNotFoundError(f"no such file or directory: {args.lerobot}")
-    store = import_lerobot(args.lerobot, args.store, progress=True)
+    store = import_lerobot(args.lerobot, args.store, max_language_bytes=args.language_bytes, progress=True)
     return f"imported {store.num_episodes} episodes ({store.num_steps} frames) into {store.path}"
 
 

@@ -2,6 +2,7 @@
 
     python tests/data/lerobot_side.py read  ROOT OUT.npz      # LeRobotDataset(root=ROOT): every frame -> npz
     python tests/data/lerobot_side.py write ROOT OUT.npz      # LeRobot's writer makes a dataset; what it was fed -> npz
+    python tests/data/lerobot_side.py write_npz ROOT IN.npz   # LeRobot's writer makes a dataset of IN.npz's frames
     python tests/data/lerobot_side.py bench ROOT H N_OBS BATCH ITERS   # chunk windows through LeRobotDataset
 Video decoding uses LeRobot's "pyav" backend: torchcodec needs the ffmpeg shared libraries, which
 these machines lack (ENVIRONMENT.md).
@@ -64,6 +65,25 @@ def write(root, out):
     np.savez(out, **{k: np.stack(v) if k != "task" else np.array(v) for k, v in fed.items()})
 
 
+def write_npz(root, npz):
+    """A dataset of the frames in `npz`: one array [F, ...] per LeRobot feature (float32 or bool; scalars as [F]),
+    plus `episode_index` [F], `task` [F] (strings) and `fps` (a scalar), written frame by frame with LeRobot's own
+    writer as a user's recording script would."""
+    data = np.load(npz)
+    names = [k for k in data.files if k not in ("episode_index", "task", "fps")]
+    arrays = {k: data[k].reshape(len(data[k]), -1) for k in names}  # scalars -> [F, 1], LeRobot's shape for them
+    features = {k: {"dtype": str(v.dtype), "shape": v.shape[1:], "names": None} for k, v in arrays.items()}
+    ds = LeRobotDataset.create("local/written_from_npz", fps=int(data["fps"]), features=features, root=root,
+                               use_videos=False)
+    episode = data["episode_index"]
+    for i in range(len(episode)):
+        ds.add_frame({**{k: v[i] for k, v in arrays.items()}, "task": str(data["task"][i])})
+        if i + 1 == len(episode) or episode[i + 1] != episode[i]:
+            ds.save_episode()
+    ds.finalize()
+    print(json.dumps({"episodes": ds.num_episodes, "frames": ds.num_frames, "features": list(features)}))
+
+
 def bench(root, horizon, n_obs, batch, iters):
     """Draws random chunk windows (n_obs frames of history with images, horizon actions) as a policy's
     dataloader would, with delta_timestamps; prints windows/s."""
@@ -86,4 +106,4 @@ if __name__ == "__main__":
     if cmd == "bench":
         bench(args[0], *map(int, args[1:]))
     else:
-        {"read": read, "write": write}[cmd](*args)
+        {"read": read, "write": write, "write_npz": write_npz}[cmd](*args)

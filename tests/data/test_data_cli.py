@@ -64,6 +64,10 @@ def test_export_then_import_round_trips_frame_for_frame(tmp_path):
     assert err.mean() < 3.0, err.mean()  # AV1 is lossy (test_lerobot_format.py's bound)
     texts = lambda s: [bytes(r).rstrip(b"\0").decode() for r in s.read("obs/language")]  # noqa: E731
     assert texts(back) == texts(store)
+    # LeRobot keeps task strings, not their padded width: --language-bytes gives the store's width back exactly
+    out = embodied("import", tmp_path / "lerobot", tmp_path / "back24.zarr", "--language-bytes", "24", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert np.array_equal(EpisodeStore(tmp_path / "back24.zarr").read("obs/language"), store.read("obs/language"))
 
 
 def one_line_error(out) -> str:

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from embodied.data.lerobot_format import export_lerobot, import_lerobot
+from embodied.data.sources import load_transitions, store_path
 from embodied.data.store import EpisodeStore
+from embodied.specs import Spec
 from tests.data.crash_writer import episode
 
 pytestmark = pytest.mark.slow
@@ -63,3 +66,34 @@ def test_we_read_what_lerobot_wrote(lerobot_python, tmp_path):
     err = np.abs(store.read("obs/images/front").astype(float) - fed["observation.images.front"].astype(float))
     assert err.mean() < 4.0, err.mean()
     assert store.attrs["fps"] == 10
+
+
+def test_data_source_trains_from_what_lerobot_wrote(lerobot_python, tmp_path, monkeypatch):
+    """A dataset LeRobot's own writer made (create, add_frame, save_episode, finalize) is a `data=` source as it
+    is: imported once into the cache, its frames the transitions that were fed to the writer."""
+    rng = np.random.default_rng(0)
+    lengths = [6, 9, 4]
+    n, ends = sum(lengths), np.cumsum(lengths)
+    fed = {"observation.state": rng.normal(size=(n, 5)).astype(np.float32),
+           "action": rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+           "next.reward": rng.normal(size=n).astype(np.float32), "next.done": np.isin(np.arange(n), ends[:2] - 1)}
+    # episodes 0 and 1 terminate; episode 2 stops without a termination (a time limit)
+    np.savez(tmp_path / "fed.npz", fps=10, episode_index=np.repeat(np.arange(3), lengths), task=np.array(["push"] * n),
+             **fed)
+    run_side(lerobot_python, "write_npz", tmp_path / "written", tmp_path / "fed.npz")
+    monkeypatch.setenv("EMBODIED_CACHE", str(tmp_path / "cache"))
+    cached = store_path(tmp_path / "written")
+    assert cached.parent == tmp_path / "cache" / "lerobot" and store_path(tmp_path / "written") == cached
+    rows = load_transitions([tmp_path / "written"], {"state": Spec((5,))}, Spec((2,), low=-1.0, high=1.0), gamma=0.5)
+    state = torch.from_numpy(fed["observation.state"])
+    assert rows.batch_size == (n,)
+    assert torch.equal(rows["obs", "state"], state)
+    assert torch.equal(rows["action"], torch.from_numpy(fed["action"]))
+    assert torch.equal(rows["reward"], torch.from_numpy(fed["next.reward"]))
+    assert torch.equal(rows["terminated"], torch.from_numpy(fed["next.done"]))
+    assert rows["truncated"].nonzero().view(-1).tolist() == [n - 1]
+    last = np.isin(np.arange(n), ends - 1)  # an episode's last row bootstraps from its own observation
+    assert torch.equal(rows["next_obs", "state"][~last], state[1:][~last[:-1]])
+    assert torch.equal(rows["next_obs", "state"][last], state[last])
+    r = fed["next.reward"][:6]  # episode 0's return-to-go, by hand
+    assert rows["mc_return"][0].item() == pytest.approx(sum(r[t] * 0.5**t for t in range(6)), rel=1e-5)

@@ -160,3 +160,18 @@ def test_bad_teleop_requests_are_one_line_errors(tmp_path, capsys):
     assert "env.max_episode_steps" in capsys.readouterr().err
     assert record_cmd(["env=quadrotor_hover", "robot=sim_arm", "--teleop", "scripted", "--store", store]) == 1
     assert "action" in capsys.readouterr().err  # the twin does not fit the arm: refused before anything moves
+
+
+def test_action_noise_is_recorded_as_acted(tmp_path):
+    """--action-noise perturbs the actions the env gets, and the store holds the perturbed ones (in the box)."""
+    stores = {"clean": tmp_path / "clean.zarr", "noisy": tmp_path / "noisy.zarr"}
+    for name, store in stores.items():
+        noise = ["--action-noise", "0.3"] if name == "noisy" else []
+        assert record_cmd(["env=arm_reach", "--operator", "scripted", "--episodes", "8", "--store", str(store),
+                           *noise]) == 0  # fmt: skip
+    first = {name: torch.stack([EpisodeStore(s).episode(i)[0] for i in range(8)]) for name, s in stores.items()}
+    torch.testing.assert_close(first["noisy"][keys.OBS], first["clean"][keys.OBS])  # the same resets
+    spec = registry.build("env", "arm_reach", {}, num_envs=1).action_spec
+    noisy, clean = first["noisy"][keys.ACTION], first["clean"][keys.ACTION]
+    assert (noisy != clean).float().mean() > 0.5
+    assert bool((noisy >= spec.low).all() and (noisy <= spec.high).all())
