@@ -256,6 +256,7 @@ def correct_cmd(argv: list[str]) -> int:
     """A correction session (embodied/hil/session.py)."""
 
     from embodied.hil.session import SessionSettings, run_session
+    from embodied.registry import MissingExtraError
 
     parser = argparse.ArgumentParser(prog="embodied correct", description="Correct a policy with a human in the loop.")
     parser.add_argument("path", type=Path, help="a run directory or a checkpoint directory")
@@ -289,7 +290,7 @@ def correct_cmd(argv: list[str]) -> int:
                 setattr(settings, group, names[group])
             setattr(settings, f"{group}_params", params[group])
         summaries = run_session(args.path, settings)
-    except (FileNotFoundError, KeyError, ValueError, RuntimeError) as err:
+    except (FileNotFoundError, KeyError, ValueError, RuntimeError, MissingExtraError) as err:
         print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
         return 1
     for summary in summaries:
@@ -313,7 +314,7 @@ def classifier_cmd(argv: list[str]) -> int:
     parser.add_argument("--threshold", type=float, default=RewardClassifierConfig.threshold)
     parser.add_argument("--state-indices", default=None, help="comma-separated state dimensions to read (default: all)")
     args = parser.parse_args(argv)
-    path = args.store if args.store.suffix == ".zarr" else args.store / "episodes.zarr"
+    path = args.store / "episodes.zarr" if (args.store / "episodes.zarr").is_dir() else args.store  # a session's folder
     try:
         if not path.exists():
             raise FileNotFoundError(f"no episode store at {path}")

@@ -25,14 +25,14 @@ def collect_episodes(env: VecEnv, seed: int, policy=None, action_noise: float = 
     """One episode per env from env.reset(seed), the env's scripted expert acting (or `policy`'s deterministic
     action), plus Gaussian noise of std `action_noise` clipped to the action bounds (suboptimal demonstrations):
     TensorDict [T, N] with obs, action (as executed), reward, done, terminated, truncated, live (True up to and
-    including each env's first done step) and success [T, N] (the episode's outcome, broadcast over its steps)."""
+    including each env's first done step) and success [T, N] (the env's success at that step, as a correction
+    session stores it and LeRobot's `next.success` means it: an episode succeeded when any of its rows did)."""
     if policy is None and not hasattr(env, "expert_action"):
         raise ValueError(f"{type(env).__name__} has no scripted expert (an `expert_action` method): record with a "
                          "policy or a teleop device instead")
     obs, _ = env.reset(seed=seed)
     n = env.num_envs
     live = torch.ones(n, dtype=torch.bool, device=env.device)
-    outcome = torch.zeros(n, dtype=torch.bool, device=env.device)
     steps = []
     for _ in range(env.max_episode_steps):
         action = env.expert_action() if policy is None else policy.act(obs, deterministic=True).action
@@ -41,14 +41,12 @@ def collect_episodes(env: VecEnv, seed: int, policy=None, action_noise: float = 
             action = (action + action_noise * noise).clamp(env.action_spec.low, env.action_spec.high)
         next_obs, reward, terminated, truncated, info = env.step(action)
         done = terminated | truncated
+        success = info.get(keys.SUCCESS, torch.zeros_like(done)).bool() & live
         steps.append(TensorDict({keys.OBS: obs, keys.ACTION: action, keys.REWARD: reward, keys.DONE: done,
-                                 keys.TERMINATED: terminated, keys.TRUNCATED: truncated, LIVE: live.clone()},
-                                batch_size=[n]))  # fmt: skip
-        outcome |= done & live & info.get(keys.SUCCESS, torch.zeros_like(done))
+                                 keys.TERMINATED: terminated, keys.TRUNCATED: truncated, keys.SUCCESS: success,
+                                 LIVE: live.clone()}, batch_size=[n]))  # fmt: skip
         live &= ~done
         obs = next_obs
         if not live.any():
             break
-    episodes = torch.stack(steps)
-    episodes[keys.SUCCESS] = outcome.expand(episodes.batch_size[0], n).clone()
-    return episodes
+    return torch.stack(steps)

@@ -8,7 +8,7 @@ store that `data=` trains from and `embodied data export` turns into a LeRobot d
 `record`: each env of the batched `env` runs one episode per round (`embodied.demos.collect_episodes`), so rounds
 of `env.num_envs` episodes are appended until `episodes` are in, each as one committed store episode with
 `obs/<key>` (language and camera frames when the env has them), `action`, `reward`, `terminated`, `truncated`
-and `success`.
+and `success` (the env's success at that step, as LeRobot's `next.success`).
 
 `record_teleop`: a device (`real_robot/teleop`: keyboard, gamepad, spacemouse, or the scripted one) drives a
 one-env `env` (a sim, or a robot as a `RobotEnv` whose commands pass its safety layer) at every step; while a
@@ -50,7 +50,7 @@ def record(env, store_path: str | Path, episodes: int, seed: int, policy=None, p
                 rows = batch[:, i][batch[LIVE][:, i]]
                 flat = rows.exclude(LIVE, keys.DONE).flatten_keys("/")
                 store.append_episode({k: flat[k].numpy() for k in flat.keys()})
-                written, frames, successes = written + 1, frames + rows.numel(), successes + bool(rows[keys.SUCCESS][-1])
+                written, frames, successes = written + 1, frames + rows.numel(), successes + bool(rows[keys.SUCCESS].any())
         total = store.num_episodes
     return {"episodes": written, "frames": frames, "success": successes / max(written, 1), "store_episodes": total}
 

@@ -9,7 +9,7 @@ HIL-SERL (Luo et al. 2024, Sec. III-B) replaces a hand-written reward on a real 
 classifier over observations, trained on frames the operator marked as success or failure, and ends
 an episode when it fires. Here the labels come from an episode store: a correction session's
 (`embodied.hil.session`) or `embodied record --teleop`'s `label` (the keys pressed), else a recorded store's
-`success` (`embodied record`: the sim's outcome, 1 or 0 per episode). In an episode labelled success the last
+`success` (`embodied record`: the sim's success at each step; an episode's outcome is its last row's). In an episode labelled success the last
 `success_frames` rows are positives; every row of an episode labelled failure is a negative, and
 so are the rows of a success episode older than `2 * success_frames` (the rows in between are
 ambiguous, the task nearly done, and are left out). Rows a rewind abandoned and unlabelled episodes

@@ -230,7 +230,7 @@ class Pipeline:
     def run_bc(self, paths: list) -> None:
         cfg, policy = self.cfg.bc, self.policy
         source = self.open(paths, self.horizon)
-        print(f"data: {len(source):,} rows from {', '.join(map(str, paths))}", flush=True)
+        print(f"data: {len(source):,} transitions from {', '.join(map(str, paths))}", flush=True)
         if cfg.rows == "interventions":  # HG-DAgger: imitate only what the operator corrected
             source = source.interventions()
             check(source is not None, f"pipeline.bc.rows=interventions: {', '.join(map(str, paths))} hold no "

@@ -54,7 +54,7 @@ def store(tmp_path_factory):
     with EpisodeStore(path, mode="a") as writer:
         for n in range(env.num_envs):
             ep = episodes[:, n][episodes[LIVE][:, n]]
-            label = 1 if bool(ep[keys.SUCCESS][0]) else 0
+            label = 1 if bool(ep[keys.SUCCESS].any()) else 0
             if n == env.num_envs - 1:
                 label = -1
             length = ep.batch_size[0]

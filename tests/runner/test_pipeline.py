@@ -176,3 +176,62 @@ def test_ppo_online_stage_fine_tunes_the_behaviour_cloned_policy(tmp_path):
     assert [r["env_steps"] for r in records if "algo/loss" in r] == [32, 64]
     assert [r["env_steps"] for r in records if "eval/success" in r] == [32, 64, 64]  # eval_every=1, then the last
     assert Pipeline.resume(tmp_path).iteration == 2  # bc and online done; offline skipped
+
+
+def test_wsrl_is_a_named_online_setting(tmp_path):
+    """recipe=wsrl keeps no offline data online and warms up first (its 5,000 steps unless set); an offline share
+    beside it is refused by name."""
+    config = compose(TINY + ["pipeline.online.recipe=wsrl", "pipeline.online.warmup_steps=null"])
+    pipeline = Pipeline(config, tmp_path)
+    assert pipeline.cfg.online.offline_fraction == 0.0 and pipeline.cfg.online.warmup_steps == 5_000
+    assert compose(TINY)["pipeline"]["online"]["recipe"] == "rlpd"
+    assert Pipeline(compose(TINY), tmp_path / "b").cfg.online.offline_fraction == 0.5
+    with pytest.raises(ConfigError, match="recipe=wsrl retains no offline data"):
+        Pipeline(compose(TINY + ["pipeline.online.recipe=wsrl", "pipeline.online.offline_fraction=0.5"]), tmp_path / "c")
+    with pytest.raises(ConfigError, match="recipe='rlpdd': choose one of rlpd, wsrl"):
+        Pipeline(compose(TINY + ["pipeline.online.recipe=rlpdd"]), tmp_path / "d")
+    summary = Pipeline(compose(TINY + ["pipeline.online.recipe=wsrl"]), tmp_path / "run").learn()  # warm-up 32
+    online = rows(tmp_path / "run" / "online" / "metrics.jsonl")
+    assert summary["env_steps"] == 96 and online[1]["updates"] == 0 and online[-1]["updates"] > 0
+
+
+@pytest.fixture(scope="module")
+def corrections(tmp_path_factory):
+    """A store as a correction session writes it: recorded episodes with every other row flagged is_intervention."""
+    from embodied import registry
+    from embodied.data.record import record
+
+    root = tmp_path_factory.mktemp("corrections")
+    record(registry.build("env", "arm_reach", {}, num_envs=8), root / "plain.zarr", episodes=8, seed=0)
+    with EpisodeStore(root / "plain.zarr") as src, EpisodeStore(root / "episodes.zarr", mode="a") as dst:
+        for i in range(src.num_episodes):
+            episode = src.episode(i)
+            episode[keys.IS_INTERVENTION] = torch.arange(episode.batch_size[0]) % 2 == 0
+            dst.append_episode(episode)
+    return root
+
+
+def test_a_store_with_intervention_flags_trains_every_stage_and_mixes_online(tmp_path, corrections):
+    """The online stage samples the store 50/50 with the online buffer (a correction store carries is_intervention,
+    which online rows do not: the mix takes a transition's keys only); enough online steps to sample batches."""
+    overrides = ["pipeline.demos.episodes=0", f"data={corrections}", "pipeline.online.warmup_steps=0"]
+    summary = Pipeline(compose(TINY + overrides), tmp_path).learn()
+    online = rows(tmp_path / "online" / "metrics.jsonl")
+    # from the 4th collect on (32 online rows = one batch), 8 envs x utd 0.25 = 2 updates per collect
+    assert summary["env_steps"] == 96 and online[-1]["updates"] == (96 - 24) // 8 * 2
+
+
+def test_hg_dagger_clones_only_the_operator_rows(tmp_path, corrections):
+    """pipeline.bc.rows=interventions: BC sees the flagged rows alone (HG-DAgger); a store with none is refused."""
+    pipeline = Pipeline(compose(TINY + ["pipeline.demos.episodes=0", f"data={corrections}"]), tmp_path)
+    every = pipeline.open(pipeline.data_paths())
+    source = every.interventions()
+    assert 0 < len(source) < len(every)
+    assert bool(source.sample(64, torch.Generator().manual_seed(0))[keys.IS_INTERVENTION].all())
+    overrides = ["pipeline.demos.episodes=0", f"data={corrections}", "pipeline.bc.rows=interventions",
+                 "pipeline.offline.updates=0", "train.total_env_steps=0"]
+    Pipeline(compose(TINY + overrides), tmp_path / "run").learn()
+    assert (tmp_path / "run" / "bc" / "checkpoints" / "final" / "model.safetensors").exists()
+    plain = ["pipeline.demos.episodes=0", f"data={corrections / 'plain.zarr'}", "pipeline.bc.rows=interventions"]
+    with pytest.raises(ConfigError, match="hold no intervention rows"):
+        Pipeline(compose(TINY + plain), tmp_path / "plain").learn()
