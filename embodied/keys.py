@@ -27,3 +27,6 @@ REF_LOG_PROB = "ref_log_prob"  # log-probs under a frozen reference policy (KL t
 MC_RETURN = "mc_return"  # float [B]: discounted return-to-go of the episode from this step (Cal-QL)
 LABEL = "label"  # int [B]: an operator's verdict on the episode, one of the values below
 NO_LABEL, FAILURE_LABEL, SUCCESS_LABEL = -1, 0, 1
+
+# operator events: what a teleop device (real_robot/teleop) reports and sessions and `embodied record --teleop` act on
+TAKEOVER, RELEASE, SUCCESS_EVENT, FAILURE_EVENT, REWIND, QUIT = "takeover", "release", "success", "failure", "rewind", "quit"

@@ -137,7 +137,9 @@ def record_teleop(env, device, store_path: str | Path, episodes: int, seed: int,
 
 def _teleop_episode(env, device, obs: TensorDict, hz: float | None) -> tuple[list[TensorDict], int, bool]:
     """(rows [1] of one episode, the operator's label or NO_LABEL, whether the operator quit)."""
-    from real_robot.teleop.base import FAILURE, QUIT, SUCCESS
+    from embodied.keys import FAILURE_EVENT as FAILURE
+    from embodied.keys import QUIT
+    from embodied.keys import SUCCESS_EVENT as SUCCESS
 
     rows, label, quit_ = [], NO_LABEL, False
     period, tick = (1.0 / hz if hz else 0.0), time.monotonic()
@@ -164,6 +166,5 @@ def _teleop_episode(env, device, obs: TensorDict, hz: float | None) -> tuple[lis
 
 
 def _is_robot(env) -> bool:
-    from real_robot.robot_env import RobotEnv
-
-    return isinstance(env, RobotEnv)
+    """A robot as a VecEnv (real_robot/robot_env.py: it holds the `robot` and the twin `adapter`), not a simulator."""
+    return hasattr(env, "robot") and hasattr(env, "adapter")

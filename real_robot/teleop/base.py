@@ -24,8 +24,10 @@ import numpy as np
 import torch
 
 from embodied.config import check
+from embodied.keys import FAILURE_EVENT as FAILURE  # the events are the core's contract (embodied/keys.py)
+from embodied.keys import QUIT, RELEASE, REWIND, TAKEOVER
+from embodied.keys import SUCCESS_EVENT as SUCCESS
 
-TAKEOVER, RELEASE, SUCCESS, FAILURE, REWIND, QUIT = "takeover", "release", "success", "failure", "rewind", "quit"
 EVENTS = (TAKEOVER, RELEASE, SUCCESS, FAILURE, REWIND, QUIT)
 
 
