@@ -183,8 +183,9 @@ def evaluate_cmd(argv: list[str]) -> int:
 
 
 def deploy_cmd(argv: list[str]) -> int:
+    from embodied.registry import component
 
-    from real_robot.deploy import DeploySettings, deploy, export
+    deploy, export = component("deploy"), component("export")
 
     parser = argparse.ArgumentParser(prog="embodied deploy", description="Run a trained policy on a robot.")
     parser.add_argument("path", type=Path, help="a run directory or a checkpoint directory")
@@ -205,7 +206,7 @@ def deploy_cmd(argv: list[str]) -> int:
             for kind, file in export(args.path, args.export).items():
                 print(f"{kind}: {file}")
             return 0
-        settings = DeploySettings(dry_run=args.dry_run, episodes=args.episodes, steps=args.steps, control_hz=args.hz,
+        settings = component("deploy_settings")(dry_run=args.dry_run, episodes=args.episodes, steps=args.steps, control_hz=args.hz,
                                   log_dir=args.log_dir, status=not args.no_status,
                                   allow_unchecked=args.allow_unchecked)  # fmt: skip
         names, params = _group_overrides(args.overrides, ("robot",), "robot=<name>, robot.<key>=<value>")

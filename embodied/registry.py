@@ -90,6 +90,24 @@ REGISTRY: dict[str, dict[str, Entry]] = {
 }
 
 
+# What core code (embodied/) calls in the other packages, by name: it imports none of them (ARCHITECTURE.md), and
+# these are no config groups. name -> "package.module:attribute", imported on first use (`component(name)`).
+COMPONENTS: dict[str, str] = {
+    "deploy": "real_robot.deploy:deploy",  # embodied deploy: a policy on a robot through the safety layer
+    "deploy_settings": "real_robot.deploy:DeploySettings",
+    "export": "real_robot.deploy:export",  # embodied deploy --export: TorchScript, ONNX, C
+    "robot_env": "real_robot.deploy:robot_env",  # a robot as a one-env VecEnv with its twin, the fit checked
+    "obs_encoder": "policies.common.nets:ObsEncoder",  # state + camera encoder (the reward classifier reuses it)
+    "value_mlp": "policies.common.nets:value_mlp",
+}
+
+
+def component(name: str) -> Any:
+    """The COMPONENTS entry `name`, imported now."""
+    module, _, attr = COMPONENTS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 # kind -> the entry-point group in which installed packages declare names of that kind
 ENTRY_POINTS = {"env": "embodied.envs"}
 

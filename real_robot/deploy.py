@@ -241,6 +241,36 @@ def build_robot(settings: DeploySettings, stack: ExitStack):
     return registry.build("robot", name, params)
 
 
+def build_twin(config: dict):
+    """The training env of a run config as the robot's observation model: one env, its time limits lifted."""
+    env_params = {k: v for k, v in config["env"].items() if k != "name"}
+    fields = registry.resolve("env", config["env"]["name"]).Config.__dataclass_fields__
+    return registry.build("env", config["env"]["name"],
+                          {**env_params, **{k: v for k, v in _TWIN_OVERRIDES.items() if k in fields}}, num_envs=1)
+
+
+def control_hz(twin, requested: float | None) -> float:
+    """The requested control rate, else the training env's (1 / its step), else 50 Hz."""
+    dt = getattr(twin.config, "dt", None) or getattr(twin.config, "control_dt", None)
+    return requested or (1.0 / dt if dt else 50.0)
+
+
+def robot_env(config: dict, robot: str, robot_params: dict, steps: int, hz: float | None, stack: ExitStack):
+    """A robot (registry name or configs/robot preset) as a one-env VecEnv observed through the run config's env as
+    its twin, as a correction session or `embodied record --teleop` drive it: the fit is checked before anything
+    moves, every command passes the safety layer; closed by `stack`."""
+    from real_robot.robot_env import RobotEnv, RobotEnvConfig
+
+    twin = build_twin(config)
+    settings = DeploySettings(robot=robot, robot_params=robot_params, steps=steps)
+    hardware = build_robot(settings, stack)
+    check_fit(twin, hardware)  # as deploy: a policy that does not fit the robot is refused before anything moves
+    env = RobotEnv(hardware, RobotEnvConfig(control_hz=control_hz(twin, hz), max_episode_steps=steps),
+                   TwinAdapter(twin, hardware, settings))  # fmt: skip
+    stack.callback(env.close)
+    return env
+
+
 def deploy(path: Path, settings: DeploySettings) -> list[dict[str, float]]:
     """Run the policy at `path` on the robot; returns per-episode summaries."""
     from real_robot.robot_env import RobotEnv, RobotEnvConfig
@@ -250,15 +280,11 @@ def deploy(path: Path, settings: DeploySettings) -> list[dict[str, float]]:
     torch.set_num_threads(1)
     # a thread waiting for the GIL waits up to the switch interval (5 ms by default): half a 100 Hz period
     sys.setswitchinterval(0.0005)
-    env_params = {k: v for k, v in config["env"].items() if k != "name"}
-    fields = registry.resolve("env", config["env"]["name"]).Config.__dataclass_fields__
-    twin_env = registry.build("env", config["env"]["name"],
-                              {**env_params, **{k: v for k, v in _TWIN_OVERRIDES.items() if k in fields}}, num_envs=1)  # fmt: skip
+    twin_env = build_twin(config)
     policy = make_policy(config, twin_env)
     policy.load_state_dict(checkpoint.load_model(ckpt, twin_env.device))
     policy.eval()
-    dt = getattr(twin_env.config, "dt", None) or getattr(twin_env.config, "control_dt", None)
-    hz = settings.control_hz or (1.0 / dt if dt else 50.0)
+    hz = control_hz(twin_env, settings.control_hz)
     summaries = []
     with ExitStack() as stack:
         # the robot as configured, not connected: a misfit is refused before any simulator starts or anything moves;

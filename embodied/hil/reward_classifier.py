@@ -29,12 +29,11 @@ from safetensors.torch import load_file, save_file
 from tensordict import TensorDict
 from torch import nn
 
-from embodied import keys
+from embodied import keys, registry
 from embodied.config import check
 from embodied.envs import VecEnv
 from embodied.keys import FAILURE_LABEL, SUCCESS_LABEL
 from embodied.specs import Spec
-from policies.common.nets import ObsEncoder, value_mlp
 
 
 @dataclass(frozen=True)
@@ -76,8 +75,8 @@ class RewardClassifier(nn.Module):
             if not all(0 <= i < width for i in self.indices):
                 raise ValueError(f"classifier state_indices={config.state_indices} must lie in [0, {width})")
             inputs[keys.STATE] = Spec((len(self.indices),))
-        self.encoder = ObsEncoder(inputs, config.image_features)
-        self.head = value_mlp(self.encoder.dim, tuple(config.hidden))
+        self.encoder = registry.component("obs_encoder")(inputs, config.image_features)  # the policies' encoder
+        self.head = registry.component("value_mlp")(self.encoder.dim, tuple(config.hidden))
 
     def forward(self, obs: TensorDict) -> torch.Tensor:
         return self.head(self.encoder(self.inputs(obs))).squeeze(-1)

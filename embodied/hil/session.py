@@ -175,25 +175,14 @@ class _HoldPolicy:
 def build_env(settings: SessionSettings, config: dict, stack: ExitStack):
     """(env, rewinder, policy-less twin) for `settings.robot`."""
     from embodied.hil.rewind import SnapshotRewinder, TrajectoryRewinder
-    from real_robot.deploy import _TWIN_OVERRIDES, DeploySettings, TwinAdapter, build_robot, check_fit
-    from real_robot.robot_env import RobotEnv, RobotEnvConfig
 
-    env_name = config["env"]["name"]
-    env_params = {k: v for k, v in config["env"].items() if k != "name"}
     if settings.robot == "sim":
-        env = registry.build("env", env_name, {**env_params, "max_episode_steps": settings.steps}, num_envs=1)
+        env_params = {k: v for k, v in config["env"].items() if k != "name"}
+        env = registry.build("env", config["env"]["name"], {**env_params, "max_episode_steps": settings.steps},
+                             num_envs=1)  # fmt: skip
         return env, SnapshotRewinder(settings.rewind_steps)
-    fields = registry.resolve("env", env_name).Config.__dataclass_fields__
-    twin = registry.build("env", env_name, {**env_params, **{k: v for k, v in _TWIN_OVERRIDES.items() if k in fields}},
-                          num_envs=1)  # fmt: skip
-    deploy = DeploySettings(robot=settings.robot, robot_params=settings.robot_params, steps=settings.steps)
-    robot = build_robot(deploy, stack)
-    check_fit(twin, robot)  # as deploy: a policy that does not fit the robot is refused before anything moves
-    adapter = TwinAdapter(twin, robot, deploy)
-    dt = getattr(twin.config, "dt", None) or getattr(twin.config, "control_dt", None)
-    hz = settings.control_hz or (1.0 / dt if dt else 50.0)
-    env = RobotEnv(robot, RobotEnvConfig(control_hz=hz, max_episode_steps=settings.steps), adapter)
-    stack.callback(env.close)
+    env = registry.component("robot_env")(config, settings.robot, settings.robot_params, settings.steps,
+                                          settings.control_hz, stack)  # fmt: skip
     return env, TrajectoryRewinder(settings.rewind_steps)
 
 
