@@ -59,12 +59,12 @@ def check_roundtrip(a: str, b: str) -> dict:
 def rollout(env_name: str, episodes: str, noise: str, out: str) -> dict:
     import torch
 
-    from embodied.demos import LIVE, collect_episodes, load_expert
-    from embodied.runner.trainer import make_env
+    from embodied.build import make_env
+    from embodied.data.record import LIVE, collect_episodes
 
     env = make_env({"env": {"name": env_name}}, int(episodes), torch.device("cpu"))
     torch.manual_seed(0)
-    batch = collect_episodes(env, load_expert(env_name), 0, action_noise=float(noise),
+    batch = collect_episodes(env, 0, action_noise=float(noise),
                              generator=torch.Generator().manual_seed(0))  # [T, N]
     rows = [batch[:, i][batch[LIVE][:, i]] for i in range(env.num_envs)]
     frames = {"observation.state": [r["obs", "state"].numpy() for r in rows],
@@ -74,7 +74,7 @@ def rollout(env_name: str, episodes: str, noise: str, out: str) -> dict:
               "task": [[bytes(t).rstrip(b"\0").decode() for t in r["obs", "language"].numpy()] for r in rows]}
     np.savez(out, fps=10, **{k: np.concatenate(v) for k, v in frames.items()})
     return {"ok": True, "episodes": len(rows), "frames": sum(r.numel() for r in rows),
-            "success": float(np.mean([bool(r["success"][-1]) for r in rows]))}
+            "success": float(np.mean([bool(r["success"].any()) for r in rows]))}
 
 
 if __name__ == "__main__":

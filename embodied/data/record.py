@@ -5,7 +5,7 @@ store that `data=` trains from and `embodied data export` turns into a LeRobot d
     summary = record(env, "runs.zarr", episodes=100, seed=0, policy=policy)
     summary = record_teleop(env, device, "teleop.zarr", episodes=10, seed=0, simulator=True)
 
-`record`: each env of the batched `env` runs one episode per round (`embodied.demos.collect_episodes`), so rounds
+`record`: each env of the batched `env` runs one episode per round (`collect_episodes`, the one collector: a pipeline's scripted demonstrations too), so rounds
 of `env.num_envs` episodes are appended until `episodes` are in, each as one committed store episode with
 `obs/<key>` (language and camera frames when the env has them), `action`, `reward`, `terminated`, `truncated`
 and `success` (the env's success at that step, as LeRobot's `next.success`).
@@ -34,8 +34,43 @@ from tensordict import TensorDict
 from embodied import keys, registry
 from embodied.data.lerobot_format import progress_bar
 from embodied.data.store import EpisodeStore
-from embodied.demos import LIVE, collect_episodes
+from embodied.envs import VecEnv
 from embodied.keys import FAILURE_LABEL, NO_LABEL, SUCCESS_LABEL
+
+LIVE = "live"  # bool [T, N]: the step belongs to the env's first episode
+
+
+@torch.no_grad()
+def collect_episodes(env: VecEnv, seed: int, policy=None, action_noise: float = 0.0,
+                     generator: torch.Generator | None = None) -> TensorDict:
+    """One episode per env from env.reset(seed), the env's scripted expert acting (or `policy`'s deterministic
+    action), plus Gaussian noise of std `action_noise` clipped to the action bounds (suboptimal demonstrations):
+    TensorDict [T, N] with obs, action (as executed), reward, done, terminated, truncated, live (True up to and
+    including each env's first done step) and success [T, N] (the env's success at that step, as a correction
+    session stores it and LeRobot's `next.success` means it: an episode succeeded when any of its rows did)."""
+    if policy is None and not hasattr(env, "expert_action"):
+        raise ValueError(f"{type(env).__name__} has no scripted expert (an `expert_action` method): record with a "
+                         "policy or a teleop device instead")
+    obs, _ = env.reset(seed=seed)
+    n = env.num_envs
+    live = torch.ones(n, dtype=torch.bool, device=env.device)
+    steps = []
+    for _ in range(env.max_episode_steps):
+        action = env.expert_action() if policy is None else policy.act(obs, deterministic=True).action
+        if action_noise:
+            noise = torch.randn(action.shape, generator=generator).to(action.device)
+            action = (action + action_noise * noise).clamp(env.action_spec.low, env.action_spec.high)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated | truncated
+        success = info.get(keys.SUCCESS, torch.zeros_like(done)).bool() & live
+        steps.append(TensorDict({keys.OBS: obs, keys.ACTION: action, keys.REWARD: reward, keys.DONE: done,
+                                 keys.TERMINATED: terminated, keys.TRUNCATED: truncated, keys.SUCCESS: success,
+                                 LIVE: live.clone()}, batch_size=[n]))  # fmt: skip
+        live &= ~done
+        obs = next_obs
+        if not live.any():
+            break
+    return torch.stack(steps)
 
 
 def record(env, store_path: str | Path, episodes: int, seed: int, policy=None, progress: bool = False,

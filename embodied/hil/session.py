@@ -188,7 +188,7 @@ def build_env(settings: SessionSettings, config: dict, stack: ExitStack):
 
 def run_session(path: Path, settings: SessionSettings) -> list[dict[str, Any]]:
     from embodied.data.store import EpisodeStore
-    from embodied.runner.trainer import make_policy
+    from embodied.build import make_policy
 
     ckpt = checkpoint.find_checkpoint(path)
     config = checkpoint.load_config(ckpt)

@@ -145,6 +145,7 @@ class Pipeline:
                     raise ConfigError(str(err)) from None
         needs(self.offline_algo_params["name"], "needs_replay")  # resolves the name: an unknown one fails here
         self.generator = torch.Generator().manual_seed(config["seed"])
+        self._sources: dict[tuple, Any] = {}  # the run's data by (paths, window horizon) (`open`)
 
     @classmethod
     def resume(cls, run_dir: Path) -> Pipeline:
@@ -223,9 +224,14 @@ class Pipeline:
         return [target]
 
     def open(self, paths: list, horizon: int = 1):
-        """The data as a source of windows of `horizon` action rows (embodied/data/sources.py)."""
-        gamma = float(self.offline_algo_params.get("gamma", 0.99))
-        return open_data(paths, self.env.observation_spec, self.env.action_spec, gamma, self.device, horizon=horizon)
+        """The data as a source of windows of `horizon` action rows (embodied/data/sources.py), opened once per
+        horizon (opening checks every chunk of every store and loads its vector keys)."""
+        key = (tuple(map(str, paths)), horizon)
+        if key not in self._sources:
+            gamma = float(self.offline_algo_params.get("gamma", 0.99))
+            self._sources[key] = open_data(paths, self.env.observation_spec, self.env.action_spec, gamma, self.device,
+                                           horizon=horizon)  # fmt: skip
+        return self._sources[key]
 
     def run_bc(self, paths: list) -> None:
         cfg, policy = self.cfg.bc, self.policy

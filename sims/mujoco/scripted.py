@@ -56,5 +56,5 @@ def scripted_action(env, state: torch.Tensor) -> torch.Tensor:
 
 
 def expert(env) -> torch.Tensor:
-    """`scripted_action` on the env's current state (the `embodied.demos` expert signature)."""
+    """`scripted_action` on the env's current state (what `MujocoArmEnv.expert_action` returns)."""
     return scripted_action(env, env.observe_state())

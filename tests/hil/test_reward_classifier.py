@@ -9,7 +9,7 @@ import torch
 
 from embodied import keys, registry
 from embodied.data.store import EpisodeStore
-from embodied.demos import LIVE, collect_episodes
+from embodied.data.record import LIVE, collect_episodes
 from embodied.hil.reward_classifier import (
     ClassifierReward,
     RewardClassifierConfig,

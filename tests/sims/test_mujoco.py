@@ -13,7 +13,7 @@ from embodied.config import ConfigError  # noqa: E402
 from embodied.specs import decode_text  # noqa: E402
 from sims.mujoco.physics import make_stepper  # noqa: E402
 from embodied import keys  # noqa: E402
-from embodied.demos import collect_episodes  # noqa: E402
+from embodied.data.record import collect_episodes  # noqa: E402
 
 
 def run_expert(env, seed=0):
