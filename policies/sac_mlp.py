@@ -6,7 +6,14 @@
     pred = policy.q_prediction(state, action)        # what the critic loss reads: q, or logits [E, B, bins]
 
 The actor sees `obs["state"]` and outputs a = tanh(u), u ~ N(mu(s), sigma(s))
-(Haarnoja et al. 2018, Appendix C), scaled into the action spec's box. The critic is an ensemble of E Q-networks evaluated as one batched
+(Haarnoja et al. 2018, Appendix C), scaled into the action spec's box.
+With `horizon` H > 1 the actor's action is a chunk of H actions and the critic scores
+the chunk, Q(s, a_t..a_{t+H-1}): Q-chunking (Li, Zhou and Levine 2025, "Reinforcement
+Learning with Action Chunking"), trained by chunked TD on windows of H steps
+(`chunked_td_target`). `sample`, `log_prob`, `q` and `mean_action` work on flattened
+chunks [B, H * A] (`action_dim` = H * A; `chunk()` flattens a window's [B, H, A]);
+`act` returns the chunk's first action for the env (receding horizon, as the diffusion
+and flow policies act) and the chunk in `extras["chunk"]` for `evaluate`. The critic is an ensemble of E Q-networks evaluated as one batched
 matmul per layer; with `layer_norm` each hidden layer is Dense -> LayerNorm ->
 activation, as in RLPD (Ball et al. 2023, Sec. 4.1; ikostrikov/rlpd `MLP`).
 With `critic_bins` > 0 each member outputs HL-Gauss logits over [critic_v_min,
@@ -57,12 +64,16 @@ class SACPolicyConfig:
     critic_bins: int = 0
     critic_v_min: float | None = None  # lowest Q the HL-Gauss critic represents (targets are clamped to the range)
     critic_v_max: float | None = None  # highest Q the HL-Gauss critic represents
+    # actions per chunk the actor emits and the critic scores (Q-chunking); the env executes the first.
+    # 1 = plain SAC; Li, Zhou and Levine 2025 use H = 5 on OGBench manipulation
+    horizon: int = 1
 
     def __post_init__(self):
         check(len(self.actor_hidden) > 0 and all(w > 0 for w in self.actor_hidden), "policy.actor_hidden needs positive widths")
         check(len(self.critic_hidden) > 0 and all(w > 0 for w in self.critic_hidden), "policy.critic_hidden needs positive widths")
         check(self.num_critics >= 1, f"policy.num_critics={self.num_critics} must be >= 1")
         check(self.log_std_min < self.log_std_max, "policy.log_std_min must be < policy.log_std_max")
+        check(self.horizon >= 1, f"policy.horizon={self.horizon} must be >= 1")
         critic_head(self)  # validates critic_bins / critic_v_min / critic_v_max
 
 
@@ -130,7 +141,8 @@ class SACPolicy(Policy):
             raise ValueError(f"SACPolicy needs a flat action spec [A]; got shape {action_spec.shape}")
         if action_spec.low is None or action_spec.high is None:
             raise ValueError("SACPolicy squashes actions into the action spec's bounds; this env's actions are unbounded")
-        obs_dim, act_dim = observation_spec[keys.STATE].shape[0], action_spec.shape[0]
+        obs_dim, self.env_action_dim = observation_spec[keys.STATE].shape[0], action_spec.shape[0]
+        act_dim = config.horizon * self.env_action_dim  # what actor and critic act in: the flattened chunk
         self.state_dim, self.action_dim = obs_dim, act_dim
         # a = center + scale * tanh(u): the box [low, high] of the spec
         self.register_buffer("action_scale", torch.full((act_dim,), (action_spec.high - action_spec.low) / 2.0))
@@ -169,10 +181,21 @@ class SACPolicy(Policy):
         """tanh(mu(s)) in the action box: the deterministic action [B, A]."""
         return self._squash(self.distribution(state)[0])
 
+    def chunk(self, action: torch.Tensor) -> torch.Tensor:
+        """A window's actions [B, H, A] (or already flat [B, H * A]) -> the flat chunk [B, H * A] actor and critic
+        read; a window shorter or longer than `horizon` is an error naming both."""
+        if action.dim() == 3:
+            action = action.flatten(1)
+        if action.shape[-1] != self.action_dim:
+            raise ValueError(f"action of shape {tuple(action.shape)}: this policy acts in chunks of policy.horizon="
+                             f"{self.config.horizon} actions of {self.env_action_dim} ([B, {self.config.horizon}, "
+                             f"{self.env_action_dim}] windows); sample the data with horizon={self.config.horizon}")
+        return action
+
     def log_prob(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """log pi(a|s) [B] of given actions (clipped just inside the bounds first)."""
+        """log pi(a|s) [B] of given actions or chunks (clipped just inside the bounds first)."""
         mean, log_std = self.distribution(state)
-        y = (action - self.action_center) / self.action_scale
+        y = (self.chunk(action) - self.action_center) / self.action_scale
         u = torch.atanh(y.clamp(-1.0 + _ACTION_EPS, 1.0 - _ACTION_EPS))
         return self._log_prob((u - mean) * torch.exp(-log_std), log_std, u)
 
@@ -184,7 +207,10 @@ class SACPolicy(Policy):
 
     def q_prediction(self, state: torch.Tensor, action: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
         """The critic's prediction for every member: Q [E, B], or HL-Gauss logits [E, B, bins]
-        (`critic_head.value` reads it, `critic_head.loss` trains it). state [B, D] or [E, B, D], action likewise."""
+        (`critic_head.value` reads it, `critic_head.loss` trains it). state [B, D] or [E, B, D], action [B, A]
+        or [E, B, A] (A = H * env actions; a window [B, H, A_env] is flattened)."""
+        if action.dim() == 3 and action.shape[-1] == self.env_action_dim != self.action_dim:
+            action = self.chunk(action)
         if state.dim() == action.dim():
             x = torch.cat([state, action], dim=-1)
         else:
@@ -200,12 +226,21 @@ class SACPolicy(Policy):
         state = obs[keys.STATE]
         value = self.value(obs)
         if deterministic:
-            return ActOutput(self.mean_action(state), torch.zeros_like(value), value, {})
-        action, log_prob = self.sample(state)
-        return ActOutput(action, log_prob, value, {})
+            action, log_prob = self.mean_action(state), torch.zeros_like(value)
+        else:
+            action, log_prob = self.sample(state)
+        if self.config.horizon == 1:
+            return ActOutput(action, log_prob, value, {})
+        return ActOutput(action[:, : self.env_action_dim], log_prob, value, {"chunk": action})
 
     def evaluate(self, obs: TensorDict, action: torch.Tensor, extras: dict[str, Any] | None = None):
-        """log-prob, a one-sample entropy estimate (-log pi of `action`), and value."""
+        """log-prob, a one-sample entropy estimate (-log pi of `action`), and value; with horizon > 1 the
+        chunk `act` sampled (`extras["chunk"]`) is scored, `action` being its first row."""
+        if self.config.horizon > 1:
+            if extras is None or "chunk" not in extras:
+                raise ValueError("SACPolicy.evaluate with policy.horizon > 1 scores the chunk act() sampled: pass "
+                                 "act()'s extras (the Collector stores them under batch['extras'])")
+            action = extras["chunk"]
         log_prob = self.log_prob(obs[keys.STATE], action)
         return log_prob, -log_prob, self.value(obs)
 
@@ -215,7 +250,8 @@ class SACPolicy(Policy):
         return self.q(state, self.mean_action(state)).amin(0)
 
     def bc_loss(self, batch: TensorDict) -> torch.Tensor:
-        """Negative log-likelihood of the demonstrated actions."""
+        """Negative log-likelihood of the demonstrated actions (chunks [B, H, A] with horizon > 1; padding past an
+        episode's end repeats its last action, as the window sampler pads)."""
         return -self.log_prob(batch[keys.OBS][keys.STATE], batch[keys.ACTION]).mean()
 
 

@@ -30,13 +30,11 @@ from torch import nn
 from embodied import keys
 from embodied.algorithms.offpolicy_losses import (
     awr_weights,
-    chunked_td_target,
     critic_loss,
     expectile_loss,
     polyak_update,
-    soft_td_target,
 )
-from embodied.algorithms.sac import check_actor_critic, finite, transition
+from embodied.algorithms.sac import backup, check_actor_critic, finite, transition
 from embodied.config import check
 from embodied.policy import Policy
 
@@ -88,7 +86,7 @@ class IQL:
 
     def update(self, batch: TensorDict, update_actor: bool = True) -> dict[str, torch.Tensor]:
         cfg, policy = self.config, self.policy
-        state, action, reward, next_state, terminated = transition(batch)
+        state, action, _, next_state, _ = transition(batch)
         head = policy.critic_head
         with torch.no_grad():
             q_target = head.value(head.prediction(self.target_critic(torch.cat([state, action], -1)))).amin(0)  # [B]
@@ -99,11 +97,7 @@ class IQL:
         self._step(self.value_optimizer, v_loss)
         # Q: one-step (or chunked) backup through V, never through pi
         with torch.no_grad():
-            next_value = self.value_net(next_state).squeeze(-1)
-            if reward.dim() == 2:
-                target = chunked_td_target(reward, batch[keys.MASK], terminated, next_value, cfg.gamma)
-            else:
-                target = soft_td_target(reward, terminated, next_value, cfg.gamma)
+            target = backup(batch, self.value_net(next_state).squeeze(-1), cfg.gamma)
         prediction = policy.q_prediction(state, action)
         q = head.value(prediction)
         q_loss = critic_loss(prediction, target, head)

@@ -31,6 +31,7 @@ from tensordict import TensorDict
 from embodied import keys
 from embodied.algorithms.losses import NonFiniteLossError
 from embodied.algorithms.offpolicy_losses import (
+    chunked_td_target,
     critic_loss,
     ensemble_min,
     polyak_update,
@@ -100,9 +101,19 @@ def check_actor_critic(policy: Policy, algo: str) -> None:
 
 
 def transition(batch: TensorDict) -> tuple[torch.Tensor, ...]:
-    """(state, action, reward, next_state, terminated) of a transition batch [B]."""
-    return (batch[keys.OBS][keys.STATE], batch[keys.ACTION], batch[keys.REWARD],
+    """(state, action, reward, next_state, terminated) of a transition batch [B]; a window of H steps
+    (action [B, H, A], reward [B, H]) gives its chunk flattened [B, H * A] and its rewards [B, H]."""
+    action = batch[keys.ACTION]
+    return (batch[keys.OBS][keys.STATE], action.flatten(1) if action.dim() == 3 else action, batch[keys.REWARD],
             batch[keys.NEXT_OBS][keys.STATE], batch[keys.TERMINATED])
+
+
+def backup(batch: TensorDict, next_value: torch.Tensor, gamma: float) -> torch.Tensor:
+    """The TD target of a batch: one-step, or chunked TD over a window's H rewards (Q-chunking / CO-RFT)."""
+    reward, terminated = batch[keys.REWARD], batch[keys.TERMINATED]
+    if reward.dim() == 2:
+        return chunked_td_target(reward, batch[keys.MASK], terminated, next_value, gamma)
+    return soft_td_target(reward, terminated, next_value, gamma)
 
 
 def finite(loss: torch.Tensor, name: str) -> None:
@@ -140,7 +151,8 @@ class SAC:
         metrics = self.critic_step(batch)
         if update_actor:
             demos = batch[SOURCE] == 0 if self.bc_weight() > 0 and SOURCE in batch.keys() else None
-            metrics.update(self.actor_step(batch[keys.OBS][keys.STATE], batch[keys.ACTION], demos))
+            state, action = transition(batch)[:2]
+            metrics.update(self.actor_step(state, action, demos))
         return metrics
 
     def bc_weight(self) -> float:
@@ -151,19 +163,20 @@ class SAC:
 
     def td_target(self, batch: TensorDict) -> torch.Tensor:
         cfg, policy = self.config, self.policy
-        _, _, reward, next_state, terminated = transition(batch)
+        next_state = batch[keys.NEXT_OBS][keys.STATE]
         with torch.no_grad():
             next_action, next_log_prob = policy.sample(next_state)
-            next_q = ensemble_min(self.target_q(next_state, next_action), cfg.num_min)
-            return soft_td_target(reward, terminated, next_q, cfg.gamma,
-                                  next_log_prob if cfg.backup_entropy else None, self.alpha)
+            next_value = ensemble_min(self.target_q(next_state, next_action), cfg.num_min)
+            if cfg.backup_entropy:  # soft value of the next state (SAC eq. 3)
+                next_value = next_value - self.alpha * next_log_prob
+            return backup(batch, next_value, cfg.gamma)
 
     def target_q(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         head = self.policy.critic_head
         return head.value(head.prediction(self.target_critic(torch.cat([state, action], -1))))
 
     def critic_step(self, batch: TensorDict) -> dict[str, torch.Tensor]:
-        state, action = batch[keys.OBS][keys.STATE], batch[keys.ACTION]
+        state, action = transition(batch)[:2]
         target = self.td_target(batch)
         head = self.policy.critic_head
         prediction = self.policy.q_prediction(state, action)

@@ -4,6 +4,7 @@
     buffer.extend(transitions)              # TensorDict [B]; keys fixed by the first batch
     batch = buffer.sample(256, generator)   # TensorDict [256], uniform with replacement
 
+    windows = ReplayWindows(buffer, horizon=4, num_envs=N)   # chunks of 4 consecutive steps of each env
     mixed = MixedSampler({"offline": demos, "online": buffer}, {"offline": 0.5, "online": 0.5})
     batch = mixed.sample(256, generator)    # 128 rows from each; batch["source"] int64 [256]
 
@@ -110,6 +111,52 @@ class ReplayBuffer:
         data = {k[len("data/"):]: v for k, v in state.items() if k.startswith("data/")}
         if data and int(state["size"]) > 0:
             self.extend(TensorDict(data, batch_size=[int(state["size"])]).unflatten_keys("/"))
+
+
+class ReplayWindows:
+    """Windows of `horizon` consecutive steps of one env, from a buffer filled one row per env per step (row
+    t * N + n is env n's step t, as `transitions_from_rollout` orders a [T, N] rollout): what chunked TD trains an
+    action-chunk critic on online, laid out as the window sampler gives a store's windows (embodied/data/samplers.py):
+        obs/<k>     [B, ...] at the window's first step; other per-row keys (is_intervention, ...) there too
+        action      [B, H, A]: the actions taken, padding repeats the last one taken
+        reward      [B, H], zero past the last step taken; mask [B, H] bool, the steps taken (a prefix)
+        next_obs/<k>, terminated, truncated   those of the last step taken
+    A window stops at the step where its episode ended and at the newest row stored. Needs every env step stored
+    (a same-step auto-resetting env: rows dropped for a next-step autoreset would shift the stride)."""
+
+    def __init__(self, buffer: ReplayBuffer, horizon: int, num_envs: int):
+        if horizon < 1 or num_envs < 1:
+            raise ValueError(f"ReplayWindows: horizon={horizon} and num_envs={num_envs} must be >= 1")
+        self.buffer, self.horizon, self.num_envs = buffer, horizon, num_envs
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> TensorDict:
+        buffer = self.buffer
+        if len(buffer) == 0:
+            raise ValueError("cannot sample from an empty ReplayBuffer; extend it first")
+        size, device = len(buffer), buffer.device
+        first = torch.randint(size, (batch_size,), generator=generator)  # by age: 0 = the oldest row kept
+        age = first[:, None] + torch.arange(self.horizon) * self.num_envs  # [B, H]
+        stored = age < size
+        rows = buffer._storage[((buffer._cursor - size + age.clamp(max=size - 1)) % buffer.capacity).to(device)]
+        ended = (rows[keys.TERMINATED] | rows[keys.TRUNCATED]).to(device)
+        # a step is taken when it is stored and no earlier step of the window ended its episode
+        before = torch.cumsum(ended.long(), 1) - ended.long()
+        mask = stored.to(device) & (before == 0)
+        last = mask.sum(1) - 1  # [B] the last step taken (the first is always taken)
+        take = torch.minimum(torch.arange(self.horizon, device=device)[None], last[:, None])
+        arange = torch.arange(batch_size, device=device)
+        out = rows[:, 0].clone()
+        out[keys.ACTION] = rows[keys.ACTION].gather(1, take.view(*take.shape, *[1] * (rows[keys.ACTION].dim() - 2))
+                                                    .expand_as(rows[keys.ACTION]))
+        out[keys.REWARD] = torch.where(mask, rows[keys.REWARD], torch.zeros((), dtype=rows[keys.REWARD].dtype))
+        out[keys.MASK] = mask
+        at_last = rows[arange, last]
+        out[keys.NEXT_OBS] = at_last[keys.NEXT_OBS]
+        out[keys.TERMINATED], out[keys.TRUNCATED] = at_last[keys.TERMINATED], at_last[keys.TRUNCATED]
+        return out
 
 
 class MixedSampler:

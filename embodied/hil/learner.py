@@ -52,6 +52,9 @@ class LearnerConfig:
 class Learner:
     def __init__(self, policy, algo, config: LearnerConfig = LearnerConfig(), seed: int = 0):
         self.policy, self.algo, self.config = policy, algo, config
+        horizon = getattr(getattr(policy, "config", None), "horizon", 1)
+        check(horizon == 1, f"the correction session's learner trains on single transitions; policy.horizon={horizon} "
+              "(an action-chunk critic) trains from the session's store afterwards: embodied train data=<session>")
         device = next(policy.parameters()).device
         self.online = ReplayBuffer(config.buffer_capacity, device)
         self.demos = ReplayBuffer(config.buffer_capacity, device)

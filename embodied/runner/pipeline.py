@@ -38,7 +38,7 @@ from embodied.algorithms.sac import check_actor_critic
 from embodied.build import make_algo, make_env, make_policy, needs
 from embodied.config import ConfigError, build_config, check
 from embodied.data.record import record
-from embodied.data.replay import MixedSampler, ReplayBuffer
+from embodied.data.replay import MixedSampler, ReplayBuffer, ReplayWindows
 from embodied.data.sources import open_data
 from embodied.device import resolve_device
 from embodied.runner import checkpoint
@@ -301,9 +301,10 @@ class Pipeline:
                 with torch.no_grad():
                     algo.log_alpha.copy_(log_alpha)
         online = ReplayBuffer(cfg.buffer_capacity, self.device)
-        sampler = online
+        # a chunk critic learns from windows of H steps, online as offline (Q-chunking)
+        sampler = online if self.horizon == 1 else ReplayWindows(online, self.horizon, self.env.num_envs)
         if paths and cfg.offline_fraction > 0:
-            sampler = MixedSampler({"offline": _Transitions(self.open(paths)), "online": online},
+            sampler = MixedSampler({"offline": _Transitions(self.open(paths, self.horizon)), "online": sampler},
                                    {"offline": cfg.offline_fraction, "online": 1.0 - cfg.offline_fraction})
         loop = OffPolicyLoop(self.env, self.policy, algo, online, sampler, cfg, self.eval_env, config["seed"])
         stage_dir = self.run_dir / "online"
@@ -366,7 +367,8 @@ class _Transitions:
         return len(self.source)
 
     def sample(self, n: int, generator: torch.Generator):
-        return self.source.sample(n, generator).select(*self.KEYS)
+        batch = self.source.sample(n, generator)
+        return batch.select(*self.KEYS, *([keys.MASK] if keys.MASK in batch.keys() else []))  # windows: their mask
 
 
 def _truncate(stage_dir: Path, counter: str, value: int) -> None:
