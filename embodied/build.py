@@ -10,6 +10,9 @@ from __future__ import annotations
 import torch
 
 from embodied import registry
+from embodied.config import ConfigError
+from embodied.device import resolve_device
+from embodied.text_env import TextEnv
 
 
 def params(node: dict) -> dict:
@@ -18,12 +21,28 @@ def params(node: dict) -> dict:
 
 
 def make_env(config: dict, num_envs: int, device: torch.device):
-    return registry.build("env", config["env"]["name"], params(config["env"]), num_envs=num_envs, device=device)
+    """The config's env: a VecEnv of `num_envs` on `device`, or a text env (episodes come from the seeds of
+    each reset, embodied/text_env.py)."""
+    name = config["env"]["name"]
+    if issubclass(registry.resolve("env", name), TextEnv):
+        return registry.build("env", name, params(config["env"]))
+    return registry.build("env", name, params(config["env"]), num_envs=num_envs, device=device)
 
 
 def make_policy(config: dict, env) -> torch.nn.Module:
+    name = config["policy"]["name"]
+    text_policy = registry.entries("policy").get(name, registry.Entry("")).text
+    if isinstance(env, TextEnv) != text_policy:
+        env_name = config["env"]["name"]
+        raise ConfigError(f"env.name={env_name} is {'a text env' if isinstance(env, TextEnv) else 'not a text env'} "
+                          f"and policy={name} is {'a language model' if text_policy else 'not one'}: text envs train "
+                          f"policy=lm (e.g. experiment={env_name if isinstance(env, TextEnv) else 'lm_calculator'}), "
+                          "robot envs the others")
+    if isinstance(env, TextEnv):  # a language model: its own tokenizer and chat template, no specs
+        policy = registry.build("policy", name, params(config["policy"]))
+        return policy.to(resolve_device(config["device"]))
     policy = registry.build(
-        "policy", config["policy"]["name"], params(config["policy"]),
+        "policy", name, params(config["policy"]),
         observation_spec=env.observation_spec, action_spec=env.action_spec,
     )
     return policy.to(env.device)

@@ -155,6 +155,8 @@ def evaluate_cmd(argv: list[str]) -> int:
     from embodied.runner import checkpoint
     from embodied.runner.evaluate import evaluate
     from embodied.build import make_env, make_policy
+    from embodied.text_env import TextEnv, instance_seed
+    from embodied.text_rollout import evaluate_text
 
     parser = argparse.ArgumentParser(prog="embodied eval", description="Evaluate a trained policy.")
     parser.add_argument("path", type=Path, help="a run directory or a checkpoint directory")
@@ -173,6 +175,13 @@ def evaluate_cmd(argv: list[str]) -> int:
     env = make_env(config, args.episodes, resolve_device(args.device or config["device"]))
     policy = make_policy(config, env)
     policy.load_state_dict(weights)
+    if isinstance(env, TextEnv):  # a language agent: the held-out split's first instances, greedy replies
+        result = evaluate_text(policy, env, [instance_seed("heldout", i) for i in range(args.episodes)])
+        print(f"{config['name']}: held-out success {result['success']:.1%} (95% interval {result['success_low']:.1%}"
+              f"-{result['success_high']:.1%}) over {result['episodes']} episodes, mean return "
+              f"{result['return']:.2f}, mean turns {result['turns']:.1f}  ({ckpt})")
+        (ckpt / "eval.json").write_text(json.dumps(result, indent=1))
+        return 0
     result = evaluate(policy, env, seed=args.seed, deterministic=not args.stochastic)
     print(
         f"{config['name']}: success {result['success']:.1%} over {result['episodes']} episodes, "

@@ -5,6 +5,8 @@ STATE = "state"  # float [N, D] proprioception + task state
 PRIVILEGED = "privileged"  # float [N, P] simulator-only state for an asymmetric critic
 IMAGES = "images"  # nested: images/<camera> uint8 [N, H, W, 3]
 LANGUAGE = "language"  # uint8 [N, L] UTF-8 bytes, zero-padded (see embodied.specs.encode_text)
+TOKENS = "tokens"  # int64 [B, T] a language model's token trajectory, right padded (embodied/text_rollout.py)
+ATTENTION = "attention"  # bool [B, T] True on a token trajectory's real tokens
 
 # transition entries
 OBS = "obs"

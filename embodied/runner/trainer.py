@@ -2,6 +2,9 @@
 
     trainer = Trainer(config, run_dir)      # config: the resolved run config (plain dict)
     summary = trainer.learn()               # trains, checkpoints, evaluates, plots
+
+One loop for robots and language agents: PPO on env steps (Collector), GRPO/RLOO on groups of episodes
+from identical starts (GroupCollector on a VecEnv, TextCollector on a text env: embodied/text_rollout.py).
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from embodied.algorithms.losses import NonFiniteLossError
 from embodied.build import make_algo, make_env, make_policy, needs
 from embodied.config import ConfigError, build_config, check
 from embodied.device import resolve_device
-from embodied.rollout import Collector
+from embodied.rollout import Collector, GroupCollector
 from embodied.runner import checkpoint
 from embodied.runner.evaluate import evaluate
 from embodied.runner.logger import RunLogger, plot_curve, truncate_metrics
+from embodied.text_env import TextEnv, instance_seed
+from embodied.text_rollout import TextCollector, evaluate_text
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,19 @@ def whole_budget(total: int, step: int, unit: str) -> int:
     return steps
 
 
+def make_collector(env, policy, algo, cfg: TrainConfig):
+    """What feeds the update: env steps (PPO), or groups of episodes from identical starts (GRPO, RLOO), on a
+    VecEnv from copied env states, on a text env from equal instance seeds."""
+    groups = getattr(algo, "needs_group_rollouts", False)
+    if isinstance(env, TextEnv):
+        check(groups, f"a text env trains from groups of episodes per task instance: algo=grpo (or "
+              f"algo.advantage=rloo), not {type(algo).__name__}")
+        return TextCollector(env, policy, cfg.num_envs, algo.config.group_size)
+    if groups:
+        return GroupCollector(env, policy, algo.config.group_size)
+    return Collector(env, policy, cfg.rollout_steps)
+
+
 class Trainer:
     def __init__(self, config: dict[str, Any], run_dir: Path):
         self.config = config
@@ -69,18 +87,13 @@ class Trainer:
         self.device = resolve_device(config["device"])
         self.env = make_env(config, self.cfg.num_envs, self.device)
         self.policy = make_policy(config, self.env)
-        if needs(config["algo"]["name"], "needs_group_rollouts"):
-            raise ConfigError(
-                f"algo={config['algo']['name']} trains from group rollouts (several episodes per initial state), "
-                "which env training does not collect; use algo=ppo here"
-            )
         if needs(config["algo"]["name"], "needs_replay"):
             raise ConfigError(
                 f"algo={config['algo']['name']} learns from a replay buffer, which this on-policy loop does not keep; "
                 "the off-policy loop trains it (runner_class(config) picks Pipeline, as `embodied train` does)"
             )
         self.algo = make_algo(config["algo"], self.policy)
-        self.collector = Collector(self.env, self.policy, self.cfg.rollout_steps)
+        self.collector = make_collector(self.env, self.policy, self.algo, self.cfg)
         self.iteration, self.env_steps, self.train_time = 0, 0, 0.0
         self.eval_envs: dict[int, Any] = {}  # evaluation envs by number of episodes
         # the loop's random stream (action noise, minibatch order) starts here, whatever runs in between
@@ -93,7 +106,9 @@ class Trainer:
         if self.iteration == 0:
             self.collector.reset(seed=self.config["seed"])
         torch.set_rng_state(self.rng_state)
-        total = whole_budget(cfg.total_env_steps, cfg.num_envs * cfg.rollout_steps, "train.num_envs x rollout_steps")
+        total = cfg.total_env_steps  # group rollouts take as many steps as their episodes last
+        if isinstance(self.collector, Collector):
+            total = whole_budget(total, cfg.num_envs * cfg.rollout_steps, "train.num_envs x rollout_steps")
         logger = RunLogger(self.run_dir, total, self.env_steps, cfg.progress)
         try:
             while self.env_steps < total and (cfg.max_seconds is None or self.train_time < cfg.max_seconds):
@@ -103,9 +118,10 @@ class Trainer:
                 self.policy.observe(batch["obs"])
                 self.train_time += time.perf_counter() - start
                 self.iteration += 1
-                self.env_steps += batch.numel()
+                steps = self.collector.count(batch)
+                self.env_steps += steps
                 record = {"iteration": self.iteration, "env_steps": self.env_steps, "time": round(self.train_time, 4)}
-                record["fps"] = batch.numel() / (time.perf_counter() - start)
+                record["fps"] = steps / (time.perf_counter() - start)
                 record.update({f"train/{k}": v for k, v in self.collector.pop_episode_stats().items()})
                 record.update({f"algo/{k}": v for k, v in metrics.items()})
                 if cfg.eval_every and self.iteration % cfg.eval_every == 0:
@@ -134,8 +150,11 @@ class Trainer:
         rng = torch.get_rng_state()  # evaluating mid-run leaves the training's random stream as it was
         if episodes not in self.eval_envs:  # built once: train.eval_every evaluates many times
             self.eval_envs[episodes] = make_env(self.config, episodes, self.device)
-        # a seed the training envs never used, so evaluation starts from unseen initial states
-        result = evaluate(self.policy, self.eval_envs[episodes], seed=self.config["seed"] + 1_000_003)
+        if isinstance(self.env, TextEnv):  # the held-out split's first instances: the same for every run
+            result = evaluate_text(self.policy, self.eval_envs[episodes],
+                                   [instance_seed("heldout", i) for i in range(episodes)])
+        else:  # a seed the training envs never used, so evaluation starts from unseen initial states
+            result = evaluate(self.policy, self.eval_envs[episodes], seed=self.config["seed"] + 1_000_003)
         torch.set_rng_state(rng)
         return result
 
@@ -148,7 +167,8 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
         }
         try:
-            trainer_state["env"] = self.env.get_state()
+            if isinstance(self.collector, Collector):  # group rollouts reset the env each time: nothing to keep
+                trainer_state["env"] = self.env.get_state()
         except NotImplementedError:
             pass  # snapshots are optional (embodied/envs.py): a resumed run starts from a fresh reset
         checkpoint.save_checkpoint(path, self.policy.state_dict(), trainer_state, self.config)
@@ -166,7 +186,9 @@ class Trainer:
         state = checkpoint.load_trainer(ckpt)
         trainer.policy.load_state_dict(checkpoint.load_model(ckpt, trainer.device))
         trainer.algo.load_state_dict(state["algo"])
-        if "env" in state:
+        if not isinstance(trainer.collector, Collector):
+            trainer.collector.load_state_dict(state["collector"])
+        elif "env" in state:
             trainer.env.set_state({k: v.to(trainer.device) for k, v in state["env"].items()})
             trainer.collector.load_state_dict({k: v.to(trainer.device) for k, v in state["collector"].items()})
         else:

@@ -68,7 +68,7 @@ def _gym(env_id: str) -> Callable[[int, str], VecEnv]:
 
 # env=gym has no task without an id (its default Config): its cases name gymnasium ids below
 CASES: dict[str, Callable[[int, str], VecEnv]] = {
-    name: _registered(name) for name in registry.names("env") if name != "gym"
+    name: _registered(name) for name in registry.names("env", text=False) if name != "gym"
 }
 CASES |= {
     "gym[Pendulum-v1]": _gym("Pendulum-v1"),

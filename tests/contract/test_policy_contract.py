@@ -8,8 +8,8 @@ from tensordict import TensorDict
 from embodied import keys, registry
 from embodied.policy import Policy
 
-POLICIES = registry.names("policy")
-ENVS = registry.names("env")
+POLICIES = registry.names("policy", text=False)
+ENVS = registry.names("env", text=False)  # text envs and the LM policy: tests/runner/test_language_agent.py
 ENV_PARAMS = {"gym": {"id": "Pendulum-v1"}}  # env=gym has no task until env.id names one
 N = 6
 

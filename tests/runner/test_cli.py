@@ -55,7 +55,7 @@ def test_multirun_composes_each_job_by_its_own_choices(tmp_path):
         ("algo.clip=-1", ["algo.clip"]),
         ("policy.activation=swish", ["policy.activation", "valid choices", "'elu'"]),
         ("train.num_envs=many", ["train.num_envs", "int"]),
-        ("algo=grpo", ["algo=grpo", "group rollouts", "algo=ppo"]),
+        ("policy=lm", ["env.name=arm_reach", "policy=lm", "text envs train"]),  # a language model on a robot env
     ],
 )
 def test_bad_config_fails_at_start_naming_the_key(tmp_path, override, expected):

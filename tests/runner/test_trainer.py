@@ -94,3 +94,29 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     good = checkpoint.load_model(tmp_path / "checkpoints" / "latest")
     assert all(torch.isfinite(v).all() for v in good.values())
     assert checkpoint.load_trainer(tmp_path / "checkpoints" / "latest")["iteration"] == 4
+
+
+GRPO = ["experiment=arm_reach", "algo=grpo", "algo.group_size=4", "train.num_envs=16", "train.total_env_steps=3000",
+        "train.checkpoint_every=1", "train.eval_episodes=0", "train.progress=false", "algo.lr=3e-4"]
+
+
+@pytest.mark.parametrize("advantage", ["grpo", "rloo"])
+def test_grpo_trains_a_robot_policy_from_group_rollouts_and_resumes_on_the_same_curve(tmp_path, advantage):
+    """algo=grpo on a VecEnv: each update is 16 // 4 initial states x 4 episodes (collect_groups), env steps are the
+    steps before each episode's end; a resumed run continues the same seeds and weights."""
+    overrides = GRPO + [f"algo.advantage={advantage}"]
+    straight = Trainer(compose(overrides), tmp_path / "straight")
+    straight.learn()
+    rows = records(tmp_path / "straight")
+    assert rows[0]["train/episodes"] == 16 and rows[-1]["env_steps"] >= 3000
+    assert rows[0]["env_steps"] == round(16 * rows[0]["train/length"])
+    first = Trainer(compose(overrides[:-4] + ["train.total_env_steps=1", *overrides[-3:]]), tmp_path / "resumed")
+    first.learn()
+    cfg_path = tmp_path / "resumed" / "checkpoints" / "latest" / "config.yaml"
+    cfg_path.write_text(cfg_path.read_text().replace("total_env_steps: 1\n", "total_env_steps: 3000\n"))
+    checkpoint.reseal(cfg_path.parent)
+    resumed = Trainer.resume(tmp_path / "resumed")
+    assert resumed.iteration == 1
+    resumed.learn()
+    for key, value in weights(straight).items():
+        assert torch.equal(value, resumed.policy.state_dict()[key]), key

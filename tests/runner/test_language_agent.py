@@ -1,0 +1,186 @@
+"""The language-agent path through the same Trainer, GRPO and loss functions as the robots: multi-turn token-in/
+token-out rollouts of a language model in a text env (embodied/text_rollout.py), on a tiny random model."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+pytest.importorskip("peft", reason="the language-agent path needs the lm extra: pip install -e '.[lm]'")
+
+from embodied import keys  # noqa: E402
+from embodied.algorithms import grpo as grpo_module  # noqa: E402
+from embodied.algorithms import losses, ppo  # noqa: E402
+from embodied.algorithms.grpo import GRPO  # noqa: E402
+from embodied.cli import compose  # noqa: E402
+from embodied.config import ConfigError  # noqa: E402
+from embodied.rollout import collect_groups  # noqa: E402
+from embodied.runner.trainer import Trainer  # noqa: E402
+from embodied.text_env import TextEnv, Turn, instance_seed  # noqa: E402
+from embodied.text_rollout import collect_text, evaluate_text, wilson_interval  # noqa: E402
+from policies.lm import LMPolicy  # noqa: E402
+
+
+@dataclass(frozen=True)
+class EchoConfig:
+    letters: str = "ab"  # what the env shows; the reply's first character must repeat it
+    max_turns: int = 2  # one letter per turn, each shown in the env's previous message
+
+
+class EchoEnv(TextEnv):
+    """A short multi-turn task for a tiny model: each turn the env shows a letter, the reply must start with it.
+    Reward 1 per correct turn; success = every turn correct. Turn 2's letter is in the env's message after the
+    model's first reply, so the policy must read env tokens it never generated."""
+
+    Config = EchoConfig
+
+    def __init__(self, config: EchoConfig = EchoConfig()):
+        self.config, self.max_turns = config, config.max_turns
+
+    def _new_episode(self, seed: int) -> dict:
+        rng = random.Random(seed)
+        return {"targets": [rng.choice(self.config.letters) for _ in range(self.max_turns)], "turn": 0, "hits": 0}
+
+    def _opening(self, episode: dict) -> list[dict]:
+        return [{"role": "user", "content": episode["targets"][0]}]
+
+    def _respond(self, episode: dict, reply: str) -> Turn:
+        hit = reply[:1] == episode["targets"][episode["turn"]]
+        episode["hits"] += hit
+        episode["turn"] += 1
+        if episode["turn"] == self.max_turns:
+            return Turn(reward=float(hit), terminated=True, success=episode["hits"] == self.max_turns)
+        return Turn(messages=[{"role": "user", "content": episode["targets"][episode["turn"]]}], reward=float(hit))
+
+
+ECHO = "tests.runner.test_language_agent:EchoEnv"
+TINY = ["experiment=null", f"env={ECHO}", "policy=lm", "policy.model=tiny", "policy.lora_rank=0",
+        "policy.max_new_tokens=1", "algo=grpo", "algo.lr=3e-3", "algo.group_size=8", "algo.minibatches=2",
+        "train.num_envs=64", "train.eval_episodes=100", "train.progress=false", "train.checkpoint_every=10"]
+
+
+def tiny_policy(**config) -> LMPolicy:
+    torch.manual_seed(0)
+    return LMPolicy(LMPolicy.Config(**{"model": "tiny", "lora_rank": 0, "max_new_tokens": 4, **config}))
+
+
+def test_a_tiny_random_model_learns_a_multi_turn_task_through_the_trainer(tmp_path):
+    """GRPO from the CLI's config path: held-out success 0% -> >= 90% in 60 updates (~5 s of training here)."""
+    trainer = Trainer(compose(TINY + ["train.total_env_steps=7680"]), tmp_path)  # 60 updates x 64 episodes x 2 turns
+    before = trainer.evaluate(100)
+    summary = trainer.learn()
+    assert before["success"] <= 0.1, before
+    assert summary["eval/success"] >= 0.9, summary
+    assert summary["eval/episodes"] == 100 and summary["eval/success_low"] < summary["eval/success"]
+    rows = [r for r in map(eval_json, (tmp_path / "metrics.jsonl").read_text().splitlines())]
+    assert rows[0]["env_steps"] == 128 and "algo/approx_kl" in rows[0] and (tmp_path / "curve.png").exists()
+    resumed = Trainer.resume(tmp_path)  # a finished run reloads from its checkpoint with the same weights
+    assert all(torch.equal(v, resumed.policy.state_dict()[k]) for k, v in trainer.policy.state_dict().items())
+
+
+def eval_json(line: str) -> dict:
+    import json
+
+    return json.loads(line)
+
+
+def test_log_probs_recomputed_by_the_learner_equal_those_sampled_across_turns():
+    """Token-in/token-out: the trajectory the learner scores is exactly the one sampled (prompt, replies, env
+    messages); its per-token log-probs match the sampled ones within 1e-5 (float32), LoRA on."""
+    policy = tiny_policy(lora_rank=4, max_new_tokens=6)
+    env = EchoEnv(EchoConfig(max_turns=3))
+    batch = collect_text(env, policy, [instance_seed("train", i) for i in (0, 0, 1, 2)])
+    mask = batch[keys.MASK]
+    assert int(mask.sum()) > 0 and bool((batch["turns"] == 3).all())
+    log_prob, _, _ = policy.evaluate(batch[keys.OBS], batch[keys.ACTION])
+    assert torch.allclose(log_prob[mask], batch[keys.LOG_PROB][mask], atol=1e-5)
+    # the env's tokens follow each reply: more tokens than the model wrote, none of them masked in
+    assert bool((batch[keys.OBS]["attention"].sum(1) > mask.sum(1)).all())
+    assert torch.equal(batch[keys.GROUP], torch.tensor([0, 0, 1, 2]))
+
+
+def test_env_and_tool_tokens_get_no_gradient():
+    """Changing what is stored for env/tool tokens (their old log-probs) leaves the GRPO loss and every gradient
+    unchanged; the loss's gradient with respect to the per-token log-probs is zero off the response mask."""
+    policy = tiny_policy()
+    batch = collect_text(EchoEnv(), policy, [instance_seed("train", i) for i in (0, 0, 0, 0, 1, 1, 1, 1)])
+    batch[keys.REWARD] = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    advantage = torch.tensor([1.0, -1.0, 1.0, -1.0, -1.0, 1.0, 1.0, -1.0])
+    mask = batch[keys.MASK]
+
+    def gradients(old_log_prob):
+        policy.zero_grad()
+        log_prob, _, _ = policy.evaluate(batch[keys.OBS], batch[keys.ACTION])
+        log_prob.retain_grad()
+        loss, _ = losses.grpo_loss(log_prob, old_log_prob, advantage, mask, clip=0.2, agg="token-mean")
+        loss.backward()
+        return loss.detach(), log_prob.grad.clone(), [p.grad.clone() for p in policy.parameters() if p.grad is not None]
+
+    loss, token_grad, params = gradients(batch[keys.LOG_PROB])
+    assert bool((token_grad[~mask] == 0).all()) and bool((token_grad[mask] != 0).any())
+    scrambled = torch.where(mask, batch[keys.LOG_PROB], torch.randn_like(batch[keys.LOG_PROB]) * 10)
+    loss2, _, params2 = gradients(scrambled)
+    assert torch.equal(loss, loss2) and all(torch.equal(a, b) for a, b in zip(params, params2))
+
+
+def test_robot_and_language_paths_call_the_same_loss_functions(monkeypatch):
+    """Identity, not a copy: GRPO's loss is the core's grpo_loss, and it and PPO's loss share clipped_surrogate;
+    one GRPO update on robot group rollouts and one on language episodes both go through them."""
+    assert grpo_module.grpo_loss is losses.grpo_loss and ppo.ppo_loss is losses.ppo_loss
+    calls = []
+    original = losses.clipped_surrogate
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(losses, "clipped_surrogate", spy)
+    from embodied.build import make_env, make_policy
+
+    robot = compose(["experiment=arm_reach", "algo=grpo", "algo.group_size=4", "algo.minibatches=1"])
+    env = make_env(robot, 8, torch.device("cpu"))
+    mlp = make_policy(robot, env)
+    GRPO(GRPO.Config(group_size=4, minibatches=1), mlp).update(collect_groups(env, mlp, 4, seed=0))
+    robot_calls = len(calls)
+    lm = tiny_policy()
+    batch = collect_text(EchoEnv(), lm, [instance_seed("train", i) for i in (0, 0, 1, 1)])
+    GRPO(GRPO.Config(group_size=2, minibatches=1), lm).update(batch)
+    assert robot_calls == 1 and len(calls) == 2
+    assert len(calls[0]) == 2 and len(calls[1]) == 2  # [B, T] env steps, [B, T] tokens
+
+
+def test_an_episode_whose_next_prompt_overflows_the_context_ends_truncated_and_the_rest_goes_on():
+    policy = tiny_policy(max_context=60, max_new_tokens=8)
+    env = EchoEnv(EchoConfig(max_turns=6))
+    batch = collect_text(env, policy, [instance_seed("train", 0), instance_seed("train", 1)])
+    assert bool(batch[keys.TRUNCATED].all()) and not bool(batch[keys.SUCCESS].any())
+    assert int(batch[keys.OBS]["attention"].sum(1).max()) <= 60
+    log_prob, _, _ = policy.evaluate(batch[keys.OBS], batch[keys.ACTION])
+    mask = batch[keys.MASK]
+    assert torch.allclose(log_prob[mask], batch[keys.LOG_PROB][mask], atol=1e-5)
+
+
+def test_a_text_env_needs_group_rollouts_and_an_unknown_task_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="algo=grpo"):
+        Trainer(compose([c for c in TINY if not c.startswith("algo")] + ["algo=ppo"]), tmp_path)
+    with pytest.raises(Exception, match=r"(?s)lm_calculatr.*lm_calculator"):
+        compose(["experiment=lm_calculator", "env=lm_calculatr"])
+
+
+def test_the_success_interval_is_wilsons():
+    assert wilson_interval(0, 0) == (0.0, 0.0)
+    low, high = wilson_interval(50, 200)
+    assert abs(low - 0.1957) < 1e-3 and abs(high - 0.3135) < 1e-3  # hand-worked: p = 0.25, n = 200
+    low, high = wilson_interval(0, 200)
+    assert low == 0.0 and 0.018 < high < 0.019
+
+
+def test_evaluation_is_greedy_on_held_out_seeds():
+    policy = tiny_policy()
+    env = EchoEnv()
+    seeds = [instance_seed("heldout", i) for i in range(8)]
+    a, b = evaluate_text(policy, env, seeds), evaluate_text(policy, env, seeds)
+    assert a == b and a["episodes"] == 8
