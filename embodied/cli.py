@@ -163,7 +163,8 @@ def evaluate_cmd(argv: list[str]) -> int:
     parser.add_argument("--episodes", type=int, default=1000, help="number of evaluation episodes (default 1000)")
     parser.add_argument("--seed", type=int, default=12345, help="seed of the evaluation episodes")
     parser.add_argument("--device", default=None, help="device override (default: the run's)")
-    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mean")
+    parser.add_argument("--stochastic", action="store_true",
+                        help="sample actions instead of taking the mean (a language agent: sample its replies)")
     args = parser.parse_args(argv)
     try:
         ckpt = checkpoint.find_checkpoint(args.path)
@@ -175,14 +176,16 @@ def evaluate_cmd(argv: list[str]) -> int:
     env = make_env(config, args.episodes, resolve_device(args.device or config["device"]))
     policy = make_policy(config, env)
     policy.load_state_dict(weights)
-    if isinstance(env, TextEnv):  # a language agent: the held-out split's first instances, greedy replies
-        result = evaluate_text(policy, env, [instance_seed("heldout", i) for i in range(args.episodes)])
+    deterministic = not args.stochastic and config["train"].get("eval_deterministic", True)  # the run's protocol
+    if isinstance(env, TextEnv):  # a language agent: the held-out split's first instances
+        result = evaluate_text(policy, env, [instance_seed("heldout", i) for i in range(args.episodes)],
+                               deterministic=deterministic, sample_seed=args.seed)
         print(f"{config['name']}: held-out success {result['success']:.1%} (95% interval {result['success_low']:.1%}"
               f"-{result['success_high']:.1%}) over {result['episodes']} episodes, mean return "
               f"{result['return']:.2f}, mean turns {result['turns']:.1f}  ({ckpt})")
         (ckpt / "eval.json").write_text(json.dumps(result, indent=1))
         return 0
-    result = evaluate(policy, env, seed=args.seed, deterministic=not args.stochastic)
+    result = evaluate(policy, env, seed=args.seed, deterministic=deterministic)
     print(
         f"{config['name']}: success {result['success']:.1%} over {result['episodes']} episodes, "
         f"mean return {result['return']:.2f}, mean length {result['length']:.1f}  ({ckpt})"

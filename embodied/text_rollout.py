@@ -1,7 +1,7 @@
 """Multi-turn rollouts of a language-model policy in a text env, token-in/token-out.
 
     batch = collect_text(env, policy, seeds)          # one episode per seed; equal seeds form a GRPO group
-    result = evaluate_text(policy, env, seeds)        # greedy replies: success rate and its 95% interval
+    result = evaluate_text(policy, env, seeds)        # greedy (or sampled) replies: success and its 95% interval
 
 Each episode is one token sequence, built as it happens and never re-rendered from text (veRL's agent
 loop; re-templating changes tokens and breaks the PPO ratio): the opening messages encoded once, then
@@ -12,6 +12,7 @@ and so on until the env ends the episode. The batch ([B] = one episode each) hol
     action          int64 [B, T]  the same tokens: what `policy.evaluate` scores (log-prob of token t given < t)
     mask            bool [B, T]   True on the model's tokens (response mask), False on prompt/env/tool tokens
     log_prob        float32 [B, T] log-probs at sampling time (0 off the mask)
+    extras/score    bool [B, T]   the mask again, for `policy.evaluate`: only these tokens need scoring
     reward          float32 [B]   the episode's return (sum of the env's per-turn rewards)
     success, truncated bool [B];  turns int64 [B];  group int64 [B] (episodes sharing a seed)
 An episode whose next prompt would not leave room for a reply in the policy's context window (`max_context`)
@@ -109,20 +110,25 @@ def collect_text(env: TextEnv, policy, seeds: Sequence[int]) -> TensorDict:
         keys.OBS: TensorDict({TOKENS: tokens, ATTENTION: attention}, batch_size=[n]),
         keys.ACTION: tokens, keys.MASK: mask, keys.LOG_PROB: log_prob, keys.REWARD: out["reward"],
         keys.SUCCESS: out["success"], keys.TRUNCATED: out["truncated"], "turns": out["turns"], keys.GROUP: group,
+        keys.EXTRAS: TensorDict({"score": mask}, batch_size=[n]),  # the learner scores the model's tokens only
     }, batch_size=[n])
 
 
-def evaluate_text(policy, env: TextEnv, seeds: Sequence[int], batch_size: int = 64) -> dict[str, float]:
-    """Greedy episodes on `seeds` (held-out ones, for a score): success rate with its 95% Wilson interval, mean
+def evaluate_text(policy, env: TextEnv, seeds: Sequence[int], deterministic: bool = True, batch_size: int = 64,
+                  sample_seed: int = 0) -> dict[str, float]:
+    """Episodes on `seeds` (held-out ones, for a score), greedy or sampled at the policy's temperature (from
+    `sample_seed`, the caller's random stream left as it was): success rate with its 95% Wilson interval, mean
     return and turns."""
     was_training = policy.training
     policy.eval()
     success, ret, turns = [], [], []
-    for start in range(0, len(seeds), batch_size):
-        out = run_episodes(env, policy, seeds[start: start + batch_size], deterministic=True)
-        success.append(out["success"])
-        ret.append(out["reward"])
-        turns.append(out["turns"])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(sample_seed)
+        for start in range(0, len(seeds), batch_size):
+            out = run_episodes(env, policy, seeds[start: start + batch_size], deterministic=deterministic)
+            success.append(out["success"])
+            ret.append(out["reward"])
+            turns.append(out["turns"])
     policy.train(was_training)
     s = torch.cat(success).float()
     low, high = wilson_interval(int(s.sum()), len(s))

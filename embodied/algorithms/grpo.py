@@ -31,7 +31,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.algorithms.advantages import group_relative_advantages, leave_one_out_advantages
-from embodied.algorithms.losses import AGG_MODES, NonFiniteLossError, Agg, KLKind, grpo_loss, masked_mean
+from embodied.algorithms.losses import AGG_MODES, NonFiniteLossError, Agg, KLKind, entropy_loss, grpo_loss, masked_mean
 from embodied.config import check
 from embodied.policy import Policy
 
@@ -44,6 +44,7 @@ class GRPOConfig:
     dual_clip: float | None = 3.0  # veRL clip_ratio_c (Ye et al. 2020 use c = 3); None = off
     kl_coef: float = 0.0  # no KL term, as DAPO and SimpleVLA-RL (DeepSeekMath used 0.04)
     kl_kind: KLKind = "k3"  # DeepSeekMath eq. 4, veRL low_var_kl
+    entropy_coef: float = 0.0  # entropy bonus against early collapse (veRL actor.entropy_coeff, default 0)
     epochs: int = 1  # veRL ppo_epochs (DeepSeekMath: a single update per rollout)
     minibatches: int = 4  # veRL train_batch_size 1024 / ppo_mini_batch_size 256
     max_grad_norm: float = 1.0  # veRL actor grad_clip, TRL max_grad_norm
@@ -60,6 +61,7 @@ class GRPOConfig:
         check(0 < self.clip < 1, f"algo.clip={self.clip} must be in (0, 1)")
         check(self.dual_clip is None or self.dual_clip > 1, f"algo.dual_clip={self.dual_clip} must be > 1 or null")
         check(self.kl_coef >= 0, f"algo.kl_coef={self.kl_coef} must be >= 0")
+        check(self.entropy_coef >= 0, f"algo.entropy_coef={self.entropy_coef} must be >= 0")
         check(self.kl_kind in ("k1", "k2", "k3"), f"algo.kl_kind={self.kl_kind!r} must be k1, k2 or k3")
         check(self.epochs >= 1 and self.minibatches >= 1, "algo.epochs and algo.minibatches must be >= 1")
         check(self.max_grad_norm > 0, f"algo.max_grad_norm={self.max_grad_norm} must be > 0")
@@ -134,6 +136,8 @@ class GRPO:
             kl_kind=cfg.kl_kind,
             agg=cfg.agg,
         )
+        if cfg.entropy_coef > 0:
+            loss = loss + cfg.entropy_coef * entropy_loss(entropy, mask, cfg.agg)
         if not torch.isfinite(loss):
             raise NonFiniteLossError(f"GRPO loss became {loss.item()}")
         self.optimizer.zero_grad(set_to_none=True)

@@ -37,6 +37,9 @@ class TrainConfig:
     checkpoint_every: int = 50  # iterations between checkpoints (and at the end)
     eval_episodes: int = 1000  # episodes of the final deterministic evaluation; 0 = skip
     eval_every: int = 0  # iterations between deterministic evaluations during training (a success curve); 0 = final only
+    # evaluation acts with the policy's mean action / greedy reply; false: samples (a language agent at its
+    # sampling temperature, from a fixed seed)
+    eval_deterministic: bool = True
     progress: bool = True  # live progress bar on a terminal
 
     def __post_init__(self):
@@ -152,9 +155,10 @@ class Trainer:
             self.eval_envs[episodes] = make_env(self.config, episodes, self.device)
         if isinstance(self.env, TextEnv):  # the held-out split's first instances: the same for every run
             result = evaluate_text(self.policy, self.eval_envs[episodes],
-                                   [instance_seed("heldout", i) for i in range(episodes)])
+                                   [instance_seed("heldout", i) for i in range(episodes)], self.cfg.eval_deterministic)
         else:  # a seed the training envs never used, so evaluation starts from unseen initial states
-            result = evaluate(self.policy, self.eval_envs[episodes], seed=self.config["seed"] + 1_000_003)
+            result = evaluate(self.policy, self.eval_envs[episodes], seed=self.config["seed"] + 1_000_003,
+                              deterministic=self.cfg.eval_deterministic)
         torch.set_rng_state(rng)
         return result
 

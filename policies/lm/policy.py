@@ -153,7 +153,12 @@ class LMPolicy(Policy):
     def evaluate(self, obs: TensorDict, action: torch.Tensor, extras: dict[str, Any] | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log_prob [B, T], entropy [B, T], value) of the token trajectories `action` (= obs["tokens"]); value: zeros
-        [B], or [B, T] with the value head."""
+        [B], or [B, T] with the value head. With `extras["score"]` (bool [B, T], the rollout's response mask) only
+        those tokens are scored (0 elsewhere): the output head then runs on the model's tokens alone, not on every
+        prompt and env token (a [B, T, vocabulary] tensor: 2.5 GB for 32 SmolLM2 turns of 400 tokens)."""
+        score = None if extras is None else extras.get("score", None)
+        if score is not None and self.value_head is None:
+            return self._score(obs, action, score)
         logits, values = self(obs)
         logp = torch.log_softmax(logits[:, :-1], dim=-1)  # position t-1 predicts token t
         valid = obs[ATTENTION][:, 1:]
@@ -163,6 +168,21 @@ class LMPolicy(Policy):
         log_prob = torch.cat([zero, torch.where(valid, chosen, 0.0)], dim=1)
         entropy = torch.cat([zero, torch.where(valid, entropy, 0.0)], dim=1)
         return log_prob, entropy, logp.new_zeros(action.shape[0]) if values is None else values
+
+    def _score(self, obs: TensorDict, action: torch.Tensor, score: torch.Tensor):
+        tokens, attention = obs[TOKENS], obs[ATTENTION]
+        causal = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # peft
+        hidden = causal.get_decoder()(input_ids=tokens, attention_mask=attention.long(),
+                                      position_ids=positions(attention), use_cache=False).last_hidden_state
+        where = (score & attention)[:, 1:].nonzero(as_tuple=True)  # (row, t - 1): the position predicting token t
+        logits = causal.get_output_embeddings()(hidden[where]).float() / self.config.temperature  # [N, V]
+        logp = torch.log_softmax(logits, dim=-1)
+        chosen = logp.gather(-1, action[:, 1:][where][:, None]).squeeze(-1)
+        log_prob = logp.new_zeros(action.shape)
+        entropy = logp.new_zeros(action.shape)
+        log_prob[where[0], where[1] + 1] = chosen
+        entropy[where[0], where[1] + 1] = -(logp.exp() * logp).sum(-1)
+        return log_prob, entropy, logp.new_zeros(action.shape[0])
 
     def value(self, obs: TensorDict) -> torch.Tensor:
         """Zeros [B], or the value head's [B, T]."""
@@ -183,6 +203,30 @@ class LMPolicy(Policy):
     # ---- weights
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
+
+    def state_dict(self, *args, **kwargs) -> dict[str, Any]:
+        """What a run's checkpoints hold: with LoRA only the trained tensors (adapters, value head; ~2 MB for
+        SmolLM2-135M at rank 16 instead of 517 MB), the frozen base weights coming from `config.model`; with
+        full fine-tuning everything."""
+        state = super().state_dict(*args, **kwargs)
+        if self.config.lora_rank == 0:
+            return state
+        prefix = kwargs.get("prefix", "")
+        trained = {prefix + name for name, p in self.named_parameters() if p.requires_grad}
+        return type(state)((k, v) for k, v in state.items() if k in trained)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Loads what `state_dict` returns: with LoRA, every trained tensor must be there (the base stays as loaded
+        from `config.model`); a tensor this policy does not have is an error either way."""
+        if self.config.lora_rank == 0:
+            return super().load_state_dict(state_dict, strict, assign)
+        result = super().load_state_dict(state_dict, strict=False, assign=assign)
+        trained = {name for name, p in self.named_parameters() if p.requires_grad}
+        missing = sorted(trained & set(result.missing_keys))
+        if strict and (missing or result.unexpected_keys):
+            raise RuntimeError(f"LMPolicy.load_state_dict: missing trained tensors {missing[:5]}, unexpected "
+                               f"{list(result.unexpected_keys)[:5]} (a checkpoint of another model or LoRA setting?)")
+        return result
 
     def save_adapter(self, path: str | Path) -> Path:
         """The trained weights as safetensors (LoRA: peft's adapter_model.safetensors + adapter_config.json; full

@@ -377,3 +377,23 @@ def test_smollm2_log_probs_match_and_it_answers(smollm2_dir):
         answer = policy.tokenizer.decode(policy.generate([policy.chat.encode_prompt(question)],
                                                          deterministic=True).tokens[0])
     assert "Paris" in answer and greedy.tokens[0]
+
+
+def test_a_lora_checkpoint_holds_the_adapters_only_and_loads_back_exactly():
+    """Run checkpoints (Trainer.save: policy.state_dict()) keep the trained tensors, not the frozen base."""
+    torch.manual_seed(0)
+    policy = LMPolicy(LMConfig(model="tiny", lora_rank=4))
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_()
+    state = policy.state_dict()
+    trained = {n for n, p in policy.named_parameters() if p.requires_grad}
+    assert set(state) == trained and all("lora_" in k for k in state)
+    fresh = LMPolicy(LMConfig(model="tiny", lora_rank=4))
+    fresh.load_state_dict(state)
+    assert all(torch.equal(v, fresh.state_dict()[k]) for k, v in state.items())
+    with pytest.raises(RuntimeError, match="missing trained tensors"):
+        fresh.load_state_dict({k: v for k, v in list(state.items())[1:]})
+    full = LMPolicy(LMConfig(model="tiny", lora_rank=0))
+    assert set(full.state_dict()) == set(torch.nn.Module.state_dict(full))  # full fine-tuning: everything

@@ -28,6 +28,7 @@ from policies.lm import LMPolicy  # noqa: E402
 class EchoConfig:
     letters: str = "ab"  # what the env shows; the reply's first character must repeat it
     max_turns: int = 2  # one letter per turn, each shown in the env's previous message
+    repeat: int = 8  # the letter is shown this many times: a random tiny model's near-uniform attention reads it
 
 
 class EchoEnv(TextEnv):
@@ -45,7 +46,7 @@ class EchoEnv(TextEnv):
         return {"targets": [rng.choice(self.config.letters) for _ in range(self.max_turns)], "turn": 0, "hits": 0}
 
     def _opening(self, episode: dict) -> list[dict]:
-        return [{"role": "user", "content": episode["targets"][0]}]
+        return [{"role": "user", "content": episode["targets"][0] * self.config.repeat}]
 
     def _respond(self, episode: dict, reply: str) -> Turn:
         hit = reply[:1] == episode["targets"][episode["turn"]]
@@ -53,12 +54,14 @@ class EchoEnv(TextEnv):
         episode["turn"] += 1
         if episode["turn"] == self.max_turns:
             return Turn(reward=float(hit), terminated=True, success=episode["hits"] == self.max_turns)
-        return Turn(messages=[{"role": "user", "content": episode["targets"][episode["turn"]]}], reward=float(hit))
+        shown = episode["targets"][episode["turn"]] * self.config.repeat
+        return Turn(messages=[{"role": "user", "content": shown}], reward=float(hit))
 
 
 ECHO = "tests.runner.test_language_agent:EchoEnv"
 TINY = ["experiment=null", f"env={ECHO}", "policy=lm", "policy.model=tiny", "policy.lora_rank=0",
         "policy.max_new_tokens=1", "algo=grpo", "algo.lr=3e-3", "algo.group_size=8", "algo.minibatches=2",
+        "algo.entropy_coef=0.01",
         "train.num_envs=64", "train.eval_episodes=100", "train.progress=false", "train.checkpoint_every=10"]
 
 
@@ -68,11 +71,12 @@ def tiny_policy(**config) -> LMPolicy:
 
 
 def test_a_tiny_random_model_learns_a_multi_turn_task_through_the_trainer(tmp_path):
-    """GRPO from the CLI's config path: held-out success 0% -> >= 90% in 60 updates (~5 s of training here)."""
-    trainer = Trainer(compose(TINY + ["train.total_env_steps=7680"]), tmp_path)  # 60 updates x 64 episodes x 2 turns
+    """GRPO from the CLI's config path: held-out success <= 25% (a constant reply) -> >= 90% in 100 updates (~12 s
+    of training here; seeds 0-4 all reached 100% by update 50, 2026-11-25)."""
+    trainer = Trainer(compose(TINY + ["train.total_env_steps=12800"]), tmp_path)  # 100 updates x 64 episodes x 2 turns
     before = trainer.evaluate(100)
     summary = trainer.learn()
-    assert before["success"] <= 0.1, before
+    assert before["success"] <= 0.25, before
     assert summary["eval/success"] >= 0.9, summary
     assert summary["eval/episodes"] == 100 and summary["eval/success_low"] < summary["eval/success"]
     rows = [r for r in map(eval_json, (tmp_path / "metrics.jsonl").read_text().splitlines())]
@@ -184,3 +188,14 @@ def test_evaluation_is_greedy_on_held_out_seeds():
     seeds = [instance_seed("heldout", i) for i in range(8)]
     a, b = evaluate_text(policy, env, seeds), evaluate_text(policy, env, seeds)
     assert a == b and a["episodes"] == 8
+
+
+def test_scoring_only_the_response_tokens_equals_scoring_all_of_them_there():
+    policy = tiny_policy(lora_rank=4, max_new_tokens=6)
+    batch = collect_text(EchoEnv(EchoConfig(max_turns=3)), policy, [instance_seed("train", i) for i in (0, 1, 2)])
+    mask = batch[keys.MASK]
+    full, full_entropy, _ = policy.evaluate(batch[keys.OBS], batch[keys.ACTION])
+    part, part_entropy, _ = policy.evaluate(batch[keys.OBS], batch[keys.ACTION], batch[keys.EXTRAS])
+    assert torch.allclose(part[mask], full[mask], atol=1e-5) and bool((part[~mask] == 0).all())
+    assert torch.allclose(part_entropy[mask], full_entropy[mask], atol=1e-4)
+    assert torch.allclose(part[mask], batch[keys.LOG_PROB][mask], atol=1e-5)
