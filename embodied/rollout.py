@@ -115,12 +115,7 @@ class Collector:
 
     def pop_episode_stats(self) -> dict[str, float]:
         """Mean return, length and success of the episodes finished since the last call."""
-        if not self._finished:
-            return {}
-        rows = torch.cat(self._finished)
-        self._finished = []
-        mean = rows.mean(0).tolist()
-        return {"episodes": rows.shape[0], "return": mean[0], "length": mean[1], "success": mean[2]}
+        return pop_means(self._finished, ("return", "length", "success"))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Everything needed to continue collecting exactly where this left off."""
@@ -135,6 +130,16 @@ class Collector:
         obs = {k[len("obs.") :]: v for k, v in state.items() if k.startswith("obs.")}
         if obs:
             self.obs = TensorDict(obs, batch_size=[self.env.num_envs]).unflatten_keys(".")
+
+
+def pop_means(finished: list[torch.Tensor], names: tuple[str, ...]) -> dict[str, float]:
+    """The mean of each column of the episode rows gathered since the last call (rows [n, len(names)] each) and
+    their count, as `pop_episode_stats` reports them; empties `finished`."""
+    if not finished:
+        return {}
+    rows = torch.cat(finished)
+    finished.clear()
+    return {"episodes": rows.shape[0], **dict(zip(names, rows.mean(0).tolist()))}
 
 
 @torch.no_grad()
@@ -210,12 +215,7 @@ class GroupCollector:
         return int(batch[keys.MASK].sum())
 
     def pop_episode_stats(self) -> dict[str, float]:
-        if not self._finished:
-            return {}
-        rows = torch.cat(self._finished)
-        self._finished = []
-        mean = rows.mean(0).tolist()
-        return {"episodes": rows.shape[0], "return": mean[0], "length": mean[1], "success": mean[2]}
+        return pop_means(self._finished, ("return", "length", "success"))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"seed": torch.tensor(self.seed), "calls": torch.tensor(self.calls)}

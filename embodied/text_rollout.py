@@ -33,6 +33,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.keys import ATTENTION, TOKENS
+from embodied.rollout import pop_means
 from embodied.text_env import TRAIN_SEEDS, TextEnv, instance_seed
 
 
@@ -179,13 +180,7 @@ class TextCollector:
         return int(batch["turns"].sum())
 
     def pop_episode_stats(self) -> dict[str, float]:
-        if not self._finished:
-            return {}
-        rows = torch.cat(self._finished)
-        self._finished = []
-        mean = rows.mean(0).tolist()
-        return {"episodes": rows.shape[0], "return": mean[0], "length": mean[1], "success": mean[2],
-                "response_tokens": mean[3]}
+        return pop_means(self._finished, ("return", "length", "success", "response_tokens"))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"generator": self.generator.get_state()}
