@@ -30,7 +30,7 @@ def test_drone_policy_over_mavlink_udp_dry_run(hover_run, tmp_path):
 def test_arm_policy_on_the_simulated_arm(arm_run):
     """The arm_reach policy's joint-velocity actions become goal positions through the twin."""
     settings = DeploySettings(robot="sim_arm", steps=10, status=False,
-                              robot_params={"safety": {"watchdog_periods": 10, "max_command_age": 0.5}})
+                              robot_params={"safety": {"watchdog_periods": 40, "max_command_age": 2.0}})
     [summary] = deploy(arm_run, settings)
     assert summary["steps"] == 10 and summary["failsafe"] == ""
     assert 5 < summary["achieved_hz"] < 21  # arm_reach's control_dt = 0.05 s: 20 Hz, fewer when the machine is loaded
@@ -52,7 +52,9 @@ def test_cli_export_and_errors(hover_run, tmp_path, capsys):
 
 def test_a_watchdog_hold_between_episodes_does_not_end_the_next_one(arm_run, monkeypatch):
     """Between episodes deploy sends nothing (logging, resetting) and the watchdog holds the arm. Here the reset
-    takes twice the watchdog's timeout: the next episode must still fly its steps."""
+    takes twice the watchdog's timeout: the next episode must still fly its steps. The timeouts are seconds long so
+    that a loaded CI machine (a first policy call, a busy core) cannot trip them inside an episode: at 0.5 s it
+    did (2026-11-25, three jobs on two cores)."""
     import time
 
     from real_robot.robot_env import RobotEnv
@@ -61,11 +63,11 @@ def test_a_watchdog_hold_between_episodes_does_not_end_the_next_one(arm_run, mon
 
     def slow_reset(self, seed=None):
         obs = reset(self, seed)
-        time.sleep(1.0)  # the watchdog: 10 periods at 20 Hz = 0.5 s
+        time.sleep(4.0)  # the scenario itself, a slow reset: twice the watchdog's 10 periods at 5 Hz = 2 s
         return obs
 
     monkeypatch.setattr(RobotEnv, "reset", slow_reset)
-    settings = DeploySettings(robot="sim_arm", steps=5, episodes=2, status=False,
-                              robot_params={"safety": {"watchdog_periods": 10, "max_command_age": 0.5}})
+    settings = DeploySettings(robot="sim_arm", steps=5, episodes=2, status=False, control_hz=5.0,
+                              robot_params={"safety": {"watchdog_periods": 10, "max_command_age": 2.0}})
     summaries = deploy(arm_run, settings)
     assert [(s["steps"], s["failsafe"]) for s in summaries] == [(5, ""), (5, "")]
