@@ -30,7 +30,7 @@ def test_drone_policy_over_mavlink_udp_dry_run(hover_run, tmp_path):
 def test_arm_policy_on_the_simulated_arm(arm_run):
     """The arm_reach policy's joint-velocity actions become goal positions through the twin."""
     settings = DeploySettings(robot="sim_arm", steps=10, status=False,
-                              robot_params={"safety": {"watchdog_periods": 40, "max_command_age": 2.0}})
+                              robot_params={"safety": {"watchdog_periods": 20, "max_command_age": 2.0}})
     [summary] = deploy(arm_run, settings)
     assert summary["steps"] == 10 and summary["failsafe"] == ""
     assert 5 < summary["achieved_hz"] < 21  # arm_reach's control_dt = 0.05 s: 20 Hz, fewer when the machine is loaded
