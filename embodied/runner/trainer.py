@@ -37,6 +37,7 @@ class TrainConfig:
     checkpoint_every: int = 50  # iterations between checkpoints (and at the end)
     eval_episodes: int = 1000  # episodes of the final deterministic evaluation; 0 = skip
     eval_every: int = 0  # iterations between deterministic evaluations during training (a success curve); 0 = final only
+    eval_at_start: bool = False  # also evaluate before the first update: the curve starts at the base rate
     # evaluation acts with the policy's mean action / greedy reply; false: samples (a language agent at its
     # sampling temperature, from a fixed seed)
     eval_deterministic: bool = True
@@ -51,6 +52,7 @@ class TrainConfig:
         check(self.eval_episodes >= 0, "train.eval_episodes must be >= 0")
         check(self.eval_every >= 0, f"train.eval_every={self.eval_every} must be >= 0")
         check(not self.eval_every or self.eval_episodes, "train.eval_every needs train.eval_episodes > 0")
+        check(not self.eval_at_start or self.eval_episodes, "train.eval_at_start needs train.eval_episodes > 0")
 
 
 def whole_budget(total: int, step: int, unit: str) -> int:
@@ -113,6 +115,9 @@ class Trainer:
         if isinstance(self.collector, Collector):
             total = whole_budget(total, cfg.num_envs * cfg.rollout_steps, "train.num_envs x rollout_steps")
         logger = RunLogger(self.run_dir, total, self.env_steps, cfg.progress)
+        if cfg.eval_at_start and self.iteration == 0:
+            result = self.evaluate(cfg.eval_episodes)
+            logger.log({"iteration": 0, "env_steps": 0, "time": 0.0, **{f"eval/{k}": v for k, v in result.items()}})
         try:
             while self.env_steps < total and (cfg.max_seconds is None or self.train_time < cfg.max_seconds):
                 start = time.perf_counter()

@@ -73,14 +73,15 @@ def tiny_policy(**config) -> LMPolicy:
 def test_a_tiny_random_model_learns_a_multi_turn_task_through_the_trainer(tmp_path):
     """GRPO from the CLI's config path: held-out success <= 25% (a constant reply) -> >= 60% in 100 updates (~12 s
     of training here; seeds 0-4 alone all reached 100% by update 50, but one whole-suite run reached 65%)."""
-    trainer = Trainer(compose(TINY + ["train.total_env_steps=12800"]), tmp_path)  # 100 updates x 64 episodes x 2 turns
-    before = trainer.evaluate(100)
+    # 100 updates x 64 episodes x 2 turns; the curve starts with a held-out evaluation before the first update
+    trainer = Trainer(compose(TINY + ["train.total_env_steps=12800", "train.eval_at_start=true"]), tmp_path)
     summary = trainer.learn()
-    assert before["success"] <= 0.25, before
+    rows = [r for r in map(eval_json, (tmp_path / "metrics.jsonl").read_text().splitlines())]
+    before = rows[0]
+    assert before["env_steps"] == 0 and before["eval/episodes"] == 100 and before["eval/success"] <= 0.25, before
     assert summary["eval/success"] >= 0.6, summary
     assert summary["eval/episodes"] == 100 and summary["eval/success_low"] < summary["eval/success"]
-    rows = [r for r in map(eval_json, (tmp_path / "metrics.jsonl").read_text().splitlines())]
-    assert rows[0]["env_steps"] == 128 and "algo/approx_kl" in rows[0] and (tmp_path / "curve.png").exists()
+    assert rows[1]["env_steps"] == 128 and "algo/approx_kl" in rows[1] and (tmp_path / "curve.png").exists()
     resumed = Trainer.resume(tmp_path)  # a finished run reloads from its checkpoint with the same weights
     assert all(torch.equal(v, resumed.policy.state_dict()[k]) for k, v in trainer.policy.state_dict().items())
 
