@@ -43,6 +43,9 @@ SYNTAX = {"tags": ("in calculator tags, for example <calculator>12*7</calculator
 SYSTEM_PROMPT = ("Solve the arithmetic problem with the calculator. To use the calculator, write the expression {call}, "
                  "and it replies with the result. Then give the result as your final answer {answer}.")
 NO_ACTION = "I found no calculator call and no answer. Write the expression {call}, or answer {answer}."
+# the worked example's replies in each syntax (a call, then the answer), after the user's "Calculate 3 + 5."
+EXAMPLE = {"tags": ("<calculator>3 + 5</calculator>", "<answer>8</answer>"),
+           "plain": ("Calculator: 3 + 5", "Answer: 8")}
 OPERATORS = ("+", "-", "*", "/")
 DRAWS_PER_SEED = 1024  # problems an instance may draw to find one of its split (1024 draws fail 1 in 1e47 at 10%)
 
@@ -61,6 +64,9 @@ class CalculatorConfig:
     # "tags": <calculator>...</calculator>, <answer>...</answer>; "plain" also reads "Calculator: ..." and
     # "Answer: ..." lines (embodied/text_env.py parse), which SmolLM2-135M writes where it never writes tags
     syntax: Syntax = "tags"
+    # a solved problem as the conversation's first exchange (user, call, tool result, answer) before the real one:
+    # one-shot prompting, the way tool-use RL recipes give a small model the format; off = instructions only
+    worked_example: bool = False
     invalid_reward: float = -0.1  # reward for an unreadable reply, a refused calculator call, a non-numeric answer
     tool_reward: float = 0.0  # shaped bonus for the episode's first calculator call that returns a value; 0 = off
     heldout_fraction: float = 0.1  # share of all problems (by content) reserved for held-out seeds
@@ -133,7 +139,12 @@ class CalculatorEnv(TextEnv):
     def _opening(self, episode: Episode) -> list[Message]:
         call, answer = SYNTAX[self.config.syntax]
         system = SYSTEM_PROMPT.format(call=call, answer=answer)
-        return [{"role": "system", "content": system}, {"role": "user", "content": episode.problem.question}]
+        example = []
+        if self.config.worked_example:
+            call, answer = EXAMPLE[self.config.syntax]
+            example = [{"role": "user", "content": "Calculate 3 + 5."}, {"role": "assistant", "content": call},
+                       {"role": "tool", "content": "8"}, {"role": "assistant", "content": answer}]
+        return [{"role": "system", "content": system}, *example, {"role": "user", "content": episode.problem.question}]
 
     def _respond(self, episode: Episode, reply: str) -> Turn:
         cfg = self.config

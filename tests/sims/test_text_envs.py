@@ -93,6 +93,16 @@ def test_calculator_oracle_solves_and_the_tool_result_is_the_answer():
     assert messages == [[] for _ in answers] and env.done.all()
 
 
+@pytest.mark.parametrize("syntax", ["tags", "plain"])
+def test_calculator_worked_example_is_a_solved_exchange_in_the_configured_syntax(syntax):
+    """The one-shot example: the env's own parser reads its call and answer, and its tool result is the calculator's."""
+    opening = calculator(worked_example=True, syntax=syntax).reset(TRAIN[:1])[0]
+    assert [m["role"] for m in opening] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    call, answer = parse(opening[2]["content"], ("calculator",), syntax), parse(opening[4]["content"], ("answer",), syntax)
+    assert format_number(calculate(call.argument, 200)) == opening[3]["content"] == answer.argument == "8"
+    assert opening[-1]["content"] == calculator(syntax=syntax).reset(TRAIN[:1])[0][-1]["content"]  # the same problem
+
+
 def test_calculator_wrong_or_untooled_answers_earn_nothing():
     env = calculator()
     env.reset(TRAIN[:3])
