@@ -63,6 +63,36 @@ def discounted_returns(
     return ret
 
 
+@torch.no_grad()
+def token_gae(
+    reward: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over the model's tokens of multi-turn sequences, `(advantage, ret)` `[B, L]` (0 off the mask).
+
+    reward: `[B]` the episode's return, paid at its last model token (an outcome reward, as veRL's critic PPO);
+    value: `[B, L]` the critic per token; mask: `[B, L]` True on the model's tokens. The env's and tools' tokens
+    between two replies are not steps: the trace runs from one model token to the next across them (veRL's
+    multi-turn GAE skips non-response positions the same way). Each row's model tokens are packed to the left
+    and handed to `gae` as one episode (time-major), so the recursion is the robots' own.
+    """
+    order = torch.sort(mask.to(torch.int8), dim=1, descending=True, stable=True).indices  # model tokens first
+    packed = mask.gather(1, order)  # [B, L]: True then False per row
+    count = packed.sum(1)  # model tokens per row
+    steps = int(count.max()) if count.numel() else 0
+    if steps == 0:
+        return torch.zeros_like(value), torch.zeros_like(value)
+    order, packed = order[:, :steps], packed[:, :steps]
+    v = torch.where(packed, value.gather(1, order), 0.0)
+    last = torch.arange(steps, device=mask.device) == (count - 1).clamp(min=0)[:, None]  # [B, steps]
+    r = torch.where(last, reward[:, None].to(v.dtype), 0.0)
+    next_v = torch.cat([v[:, 1:], v.new_zeros(len(v), 1)], 1)
+    end = (last | ~packed).float()  # the episode ends at its last model token; padding steps carry nothing
+    advantage, _ = gae(r.T, v.T, next_v.T, end.T, end.T, gamma, lam)
+    advantage = torch.where(packed, advantage.T, 0.0)
+    out = torch.zeros_like(value).scatter_(1, order, advantage)
+    return out, torch.where(mask, out + value, 0.0)
+
+
 def _group_index(group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Dense index `[B]` in 0..G-1 for arbitrary int ids, and the group sizes `[G]`."""
     _, index, counts = torch.unique(group, return_inverse=True, return_counts=True)

@@ -2,6 +2,11 @@
 
     algo = PPO(config, policy)
     metrics = algo.update(batch)   # batch: Collector output, TensorDict [T, N]
+    metrics = algo.update(batch)   # or whole token sequences [B] (a language agent's episodes, TextCollector)
+
+On token sequences the critic is a value per token (`policy.value_head`, policies/lm): the
+rollout-time values come from one forward pass before the epochs (as veRL's compute_values),
+advantages from `token_gae` over the model's tokens, and minibatches are whole sequences.
 
 The same update trains any `Policy`: it only calls `policy.evaluate`. A policy
 whose critic is an HL-Gauss classifier (policies/mlp.py with `policy.critic_bins`)
@@ -20,7 +25,7 @@ import torch
 from tensordict import TensorDict
 
 from embodied import keys
-from embodied.algorithms.advantages import gae, normalize
+from embodied.algorithms.advantages import gae, normalize, token_gae
 from embodied.algorithms.losses import SCALAR_CRITIC, NonFiniteLossError, ppo_loss
 from embodied.config import ConfigError, check
 from embodied.policy import Policy
@@ -71,22 +76,25 @@ class PPO:
         critic = getattr(policy, "critic", None)
         if (config.critic_lr is not None or config.critic_warmup) and not isinstance(critic, torch.nn.Module):
             raise ConfigError(f"algo.critic_lr / algo.critic_warmup need a policy with a separate critic module; "
-                              f"{type(policy).__name__} has none (e.g. policy.critic=mlp for the VLA)")
+                              f"{type(policy).__name__} has none (e.g. policy.critic=mlp for the VLA, policy.value_head=true "
+                              "for a language model)")
         # a policy without a declared critic_head (diffusion, flow, VLA) has a scalar critic trained by squared error
         self.critic_head = getattr(policy, "critic_head", SCALAR_CRITIC)
         if self.critic_head.bins and config.value_clip is not None:
             raise ConfigError(f"algo.value_clip={config.value_clip} clips a squared-error value loss; with "
                               f"policy.critic_bins={self.critic_head.bins} (HL-Gauss cross-entropy) "
                               "set algo.value_clip=null")
-        groups = [{"params": list(policy.parameters())}]
+        groups = [{"params": [p for p in policy.parameters() if p.requires_grad]}]  # LoRA: the adapters alone
         if config.critic_lr is not None:  # group 1: the critic, at its own fixed lr
             own = {id(p) for p in critic.parameters()}
-            groups = [{"params": [p for p in policy.parameters() if id(p) not in own]},
+            groups = [{"params": [p for p in groups[0]["params"] if id(p) not in own]},
                       {"params": list(critic.parameters()), "lr": config.critic_lr}]
         self.optimizer = torch.optim.Adam(groups, lr=config.lr, foreach=True)
 
     def update(self, batch: TensorDict) -> dict[str, float]:
-        """Epochs of minibatch updates on one rollout [T, N]; returns mean metrics."""
+        """Epochs of minibatch updates on one rollout [T, N] (or [B] token sequences); returns mean metrics."""
+        if batch.batch_dims == 1:
+            return self._update_sequences(batch)
         cfg = self.config
         with torch.no_grad():
             advantage, ret = gae(
@@ -112,8 +120,34 @@ class PPO:
                 metrics = self._step(shuffled[i * mb : (i + 1) * mb])
                 for k, v in metrics.items():
                     totals[k] = totals.get(k, 0.0) + v
-        n = cfg.epochs * cfg.minibatches
-        out = {k: float(v) / n for k, v in totals.items()}
+        return self._finish(totals, cfg.epochs * cfg.minibatches)
+
+    def _update_sequences(self, batch: TensorDict) -> dict[str, float]:
+        """Token sequences [B] with per-token log_prob and mask [B, L] and one reward each (collect_text's batch)."""
+        cfg = self.config
+        mask = batch[keys.MASK]
+        with torch.no_grad():
+            value = self.policy.value(batch[keys.OBS])
+            if value.shape != mask.shape:
+                raise ConfigError(f"algo=ppo on token sequences needs a value per token {tuple(mask.shape)}; "
+                                  f"{type(self.policy).__name__} gives {tuple(value.shape)} (policy.value_head=true)")
+            advantage, ret = token_gae(batch[keys.REWARD], value, mask, cfg.gamma, cfg.lam)
+            if cfg.normalize_advantage:
+                advantage = normalize(advantage, mask)
+        optional = [k for k in (keys.EXTRAS,) if k in batch.keys()]
+        data = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.MASK, *optional)
+        data[keys.VALUE], data[keys.ADVANTAGE], data[keys.RETURN] = value, advantage, ret
+        totals: dict[str, torch.Tensor] = {}
+        steps = 0
+        for _ in range(cfg.epochs):
+            for index in torch.randperm(len(data), device=mask.device).chunk(cfg.minibatches):
+                for k, v in self._step(data[index]).items():
+                    totals[k] = totals.get(k, 0.0) + v
+                steps += 1
+        return self._finish(totals, steps)
+
+    def _finish(self, totals: dict[str, torch.Tensor], steps: int) -> dict[str, float]:
+        out = {k: float(v) / steps for k, v in totals.items()}
         out["lr"] = self.lr
         self.updates += 1
         return out

@@ -4,7 +4,8 @@
     summary = trainer.learn()               # trains, checkpoints, evaluates, plots
 
 One loop for robots and language agents: PPO on env steps (Collector), GRPO/RLOO on groups of episodes
-from identical starts (GroupCollector on a VecEnv, TextCollector on a text env: embodied/text_rollout.py).
+from identical starts (GroupCollector on a VecEnv, TextCollector on a text env: embodied/text_rollout.py),
+PPO with a per-token critic on a text env's whole episodes (TextCollector, one episode per instance).
 """
 
 from __future__ import annotations
@@ -69,10 +70,11 @@ def make_collector(env, policy, algo, cfg: TrainConfig):
     """What feeds the update: env steps (PPO), or groups of episodes from identical starts (GRPO, RLOO), on a
     VecEnv from copied env states, on a text env from equal instance seeds."""
     groups = getattr(algo, "needs_group_rollouts", False)
-    if isinstance(env, TextEnv):
-        check(groups, f"a text env trains from groups of episodes per task instance: algo=grpo (or "
-              f"algo.advantage=rloo), not {type(algo).__name__}")
-        return TextCollector(env, policy, cfg.num_envs, algo.config.group_size)
+    if isinstance(env, TextEnv):  # whole episodes: groups per task instance (GRPO, RLOO) or one each (PPO)
+        check(groups or getattr(policy, "value_head", None) is not None,
+              f"algo={type(algo).__name__.lower()} on a text env needs a critic: policy.value_head=true (PPO with a "
+              "value per token), or a critic-free algo=grpo (algo.advantage=rloo for leave-one-out)")
+        return TextCollector(env, policy, cfg.num_envs, algo.config.group_size if groups else 1)
     if groups:
         return GroupCollector(env, policy, algo.config.group_size)
     return Collector(env, policy, cfg.rollout_steps)

@@ -147,7 +147,7 @@ class LMPolicy(Policy):
                          use_cache=False, output_hidden_states=self.value_head is not None)
         values = None
         if self.value_head is not None:
-            values = torch.where(attention, self.value_head(out.hidden_states[-1]).squeeze(-1).float(), 0.0)
+            values = self._values(out.hidden_states[-1], attention)
         return out.logits.float() / self.config.temperature, values
 
     def evaluate(self, obs: TensorDict, action: torch.Tensor, extras: dict[str, Any] | None = None
@@ -157,7 +157,7 @@ class LMPolicy(Policy):
         those tokens are scored (0 elsewhere): the output head then runs on the model's tokens alone, not on every
         prompt and env token (a [B, T, vocabulary] tensor: 2.5 GB for 32 SmolLM2 turns of 400 tokens)."""
         score = None if extras is None else extras.get("score", None)
-        if score is not None and self.value_head is None:
+        if score is not None:
             return self._score(obs, action, score)
         logits, values = self(obs)
         logp = torch.log_softmax(logits[:, :-1], dim=-1)  # position t-1 predicts token t
@@ -169,11 +169,22 @@ class LMPolicy(Policy):
         entropy = torch.cat([zero, torch.where(valid, entropy, 0.0)], dim=1)
         return log_prob, entropy, logp.new_zeros(action.shape[0]) if values is None else values
 
+    def _causal(self):
+        return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # peft
+
+    def _hidden(self, obs: TensorDict) -> torch.Tensor:
+        """The decoder's last hidden state [B, T, H] (LoRA applied), without the output head."""
+        attention = obs[ATTENTION]
+        return self._causal().get_decoder()(input_ids=obs[TOKENS], attention_mask=attention.long(),
+                                            position_ids=positions(attention), use_cache=False).last_hidden_state
+
+    def _values(self, hidden: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        return torch.where(attention, self.value_head(hidden).squeeze(-1).float(), 0.0)
+
     def _score(self, obs: TensorDict, action: torch.Tensor, score: torch.Tensor):
-        tokens, attention = obs[TOKENS], obs[ATTENTION]
-        causal = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # peft
-        hidden = causal.get_decoder()(input_ids=tokens, attention_mask=attention.long(),
-                                      position_ids=positions(attention), use_cache=False).last_hidden_state
+        attention = obs[ATTENTION]
+        causal = self._causal()
+        hidden = self._hidden(obs)
         where = (score & attention)[:, 1:].nonzero(as_tuple=True)  # (row, t - 1): the position predicting token t
         logits = causal.get_output_embeddings()(hidden[where]).float() / self.config.temperature  # [N, V]
         logp = torch.log_softmax(logits, dim=-1)
@@ -182,13 +193,19 @@ class LMPolicy(Policy):
         entropy = logp.new_zeros(action.shape)
         log_prob[where[0], where[1] + 1] = chosen
         entropy[where[0], where[1] + 1] = -(logp.exp() * logp).sum(-1)
-        return log_prob, entropy, logp.new_zeros(action.shape[0])
+        value = logp.new_zeros(action.shape[0]) if self.value_head is None else self._values(hidden, attention)
+        return log_prob, entropy, value
+
+    @property
+    def critic(self) -> torch.nn.Module | None:
+        """The value head, for PPO's own critic step size (algo.critic_lr); None without one."""
+        return self.value_head
 
     def value(self, obs: TensorDict) -> torch.Tensor:
         """Zeros [B], or the value head's [B, T]."""
         if self.value_head is None:
             return torch.zeros(obs.batch_size[0], device=self.device)
-        return self(obs)[1]
+        return self._values(self._hidden(obs), obs[ATTENTION])
 
     def bc_loss(self, batch: TensorDict) -> torch.Tensor:
         """Supervised fine-tuning: mean token cross-entropy (temperature 1) over batch[keys.MASK] [B, T] (the tokens

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torch.testing import assert_close
 
@@ -13,6 +14,7 @@ from embodied.algorithms.advantages import (
     group_relative_advantages,
     leave_one_out_advantages,
     normalize,
+    token_gae,
 )
 
 GAMMA, LAM = 0.9, 0.5  # gamma * lam = 0.45
@@ -137,3 +139,35 @@ def test_normalize_masked():
     # real entries 1, 2, 3: mean 2, unbiased std sqrt((1 + 0 + 1) / 2) = 1 -> -1, 0, 1; padding -> 0
     assert_close(normalize(x, mask), torch.tensor([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]))
     assert_close(normalize(torch.tensor([1.0, 2.0, 3.0])), torch.tensor([-1.0, 0.0, 1.0]))
+
+
+# --- GAE over a language agent's tokens ----------------------------------------------------------------------
+# two episodes of model tokens (1) between prompt/env tokens (0), right padded; reward paid at the last model token
+TOKEN_MASK = torch.tensor([[0, 1, 1, 0, 0, 1, 0, 0],
+                           [0, 0, 1, 0, 1, 1, 1, 0]], dtype=torch.bool)
+TOKEN_VALUE = torch.tensor([[9.0, 0.1, 0.2, 9.0, 9.0, 0.3, 9.0, 9.0],
+                            [9.0, 9.0, 0.5, 9.0, 0.4, 0.3, 0.2, 9.0]])  # 9 = what the critic says off the mask
+TOKEN_REWARD = torch.tensor([1.0, -0.5])
+
+
+def test_token_gae_lambda_one_is_the_return_minus_value_at_every_model_token():
+    advantage, ret = token_gae(TOKEN_REWARD, TOKEN_VALUE, TOKEN_MASK, gamma=1.0, lam=1.0)
+    expected = torch.where(TOKEN_MASK, TOKEN_REWARD[:, None] - TOKEN_VALUE, 0.0)
+    assert torch.allclose(advantage, expected) and torch.allclose(ret, torch.where(TOKEN_MASK, TOKEN_REWARD[:, None], 0.0))
+
+
+def test_token_gae_lambda_zero_bootstraps_from_the_next_model_token_across_env_tokens():
+    """The env's tokens are not steps: the TD error at a model token uses the value of the next model token (the
+    9s between them never enter), and the last model token's target is the reward."""
+    advantage, _ = token_gae(TOKEN_REWARD, TOKEN_VALUE, TOKEN_MASK, gamma=0.9, lam=0.0)
+    expected = torch.zeros(2, 8)
+    expected[0, [1, 2, 5]] = torch.tensor([0.9 * 0.2 - 0.1, 0.9 * 0.3 - 0.2, 1.0 - 0.3])
+    expected[1, [2, 4, 5, 6]] = torch.tensor([0.9 * 0.4 - 0.5, 0.9 * 0.3 - 0.4, 0.9 * 0.2 - 0.3, -0.5 - 0.2])
+    assert torch.allclose(advantage, expected)
+
+
+def test_token_gae_a_row_without_model_tokens_gets_nothing():
+    mask = TOKEN_MASK.clone()
+    mask[1] = False
+    advantage, ret = token_gae(TOKEN_REWARD, TOKEN_VALUE, mask, gamma=1.0, lam=0.95)
+    assert (advantage[1] == 0).all() and (ret[1] == 0).all() and advantage[0, 5] == pytest.approx(1.0 - 0.3)

@@ -258,6 +258,23 @@ def test_value_head_gives_per_token_values_and_round_trips(tmp_path):
     assert tiny().value(obs).shape == (2,)
 
 
+def test_values_are_the_same_from_the_scoring_path_the_full_forward_and_value():
+    """PPO's critic reads the decoder's last hidden state: scoring only the response tokens (extras["score"]), the
+    full forward pass and policy.value give the same values."""
+    policy = tiny(lora_rank=4, value_head=True)
+    torch.nn.init.normal_(policy.value_head.weight)
+    seqs, _ = rollout(policy, n=3, turns=2)
+    obs, _ = pad_right(seqs)
+    score = obs[ATTENTION].clone()
+    score[:, :4] = False
+    _, _, full = policy.evaluate(obs, obs[TOKENS])
+    _, _, scored = policy.evaluate(obs, obs[TOKENS], {"score": score})
+    assert full.abs().sum() > 0 and (full[~obs[ATTENTION]] == 0).all()
+    torch.testing.assert_close(scored, full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(policy.value(obs), full, atol=1e-5, rtol=1e-5)
+    assert policy.critic is policy.value_head and tiny().critic is None
+
+
 def test_grpo_trains_the_adapter_on_multi_turn_trajectories():
     """The robots' GRPO runs unchanged on token trajectories; on-policy its ratio is 1, so nothing is clipped."""
     from embodied.algorithms.grpo import GRPO

@@ -168,9 +168,26 @@ def test_an_episode_whose_next_prompt_overflows_the_context_ends_truncated_and_t
     assert torch.allclose(log_prob[mask], batch[keys.LOG_PROB][mask], atol=1e-5)
 
 
-def test_a_text_env_needs_group_rollouts_and_an_unknown_task_is_named(tmp_path):
-    with pytest.raises(ConfigError, match="algo=grpo"):
-        Trainer(compose([c for c in TINY if not c.startswith("algo")] + ["algo=ppo"]), tmp_path)
+PPO = [c for c in TINY if not c.startswith("algo")] + [
+    "algo=ppo", "policy.value_head=true", "algo.lr=3e-3", "algo.critic_lr=1e-2", "algo.desired_kl=null",
+    "algo.epochs=1", "algo.minibatches=2", "algo.entropy_coef=0.01", "algo.gamma=1.0", "algo.lam=1.0"]
+
+
+def test_ppo_with_a_value_per_token_learns_the_multi_turn_task_through_the_trainer(tmp_path):
+    """PPO with the LM's value head (token_gae over the model's tokens): <= 25% -> >= 60% held-out in 100 updates
+    (seeds 0 and 1 reached 100%, ~25 s here)."""
+    summary = Trainer(compose(PPO + ["train.total_env_steps=12800", "train.eval_at_start=true"]), tmp_path).learn()
+    before = eval_json((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert before["eval/success"] <= 0.25 and summary["eval/success"] >= 0.6, (before, summary)
+    rows = [eval_json(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()[1:-1]]
+    assert all("algo/value_loss" in r and r["train/length"] == 2 for r in rows)  # one episode per instance
+
+
+def test_a_text_env_needs_a_critic_or_group_rollouts_and_an_unknown_task_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"algo=ppo on a text env needs a critic: policy.value_head=true"):
+        Trainer(compose([c for c in PPO if c not in ("policy.value_head=true", "algo.critic_lr=1e-2")]), tmp_path)
+    with pytest.raises(ConfigError, match=r"critic_lr.*policy.value_head=true for a language model"):
+        Trainer(compose([c for c in PPO if c != "policy.value_head=true"]), tmp_path)
     with pytest.raises(Exception, match=r"(?s)lm_calculatr.*lm_calculator"):
         compose(["experiment=lm_calculator", "env=lm_calculatr"])
 
