@@ -13,8 +13,10 @@ template, `--group` completions each, at most `--max-new-tokens` tokens each (st
 with no top-k/top-p, no KL term, lr 1e-6, clip 0.2, token-mean loss (TRL's "dapo"), max grad norm 1.0, and one
 optimizer step over the whole batch of prompts x group per generation batch. The reward is `score`: 1 when the
 reply contains the correct number. One step:
-    ours  collect_text over `ArithmeticEnv` (a TextEnv whose episode ends after one reply; one episode per seed,
-          `--group` equal seeds per question) + GRPO.update with GRPO.Config(minibatches=1, epochs=1)
+    ours  the rollout worker's sync (policies/lm/rollout.py: a copy of the model with LoRA merged in, as the
+          Trainer's TextCollector keeps) + collect_text over `ArithmeticEnv` (a TextEnv whose episode ends after
+          one reply; one episode per seed, `--group` equal seeds per question) + GRPO.update with
+          GRPO.Config(minibatches=1, epochs=1)
     TRL   one optimizer step of GRPOTrainer.train(): GRPOConfig(num_iterations=1, gradient_accumulation_steps=1,
           per_device_train_batch_size=prompts x group, num_generations=group, beta=0, use_cpu=True, bf16=False,
           gradient_checkpointing=False), the model handed over with peft_config
@@ -23,7 +25,7 @@ The steps interleave (ours, TRL, ours, ...) after one warm-up step each: our ste
 reward, loss, backward and the optimizer step; not the dataloader's fetch of a handful of prompts). Replies stop at
 EOS on both sides, so the two may generate different numbers of tokens: the table gives the mean completion length
 (tokens, EOS included) of each side's steps; compare steps/s with it in view. Each step is also split into rollout
-(ours: collect_text; TRL: from the step's start to the reward function's call, which follows generation) and the
+(ours: sync + collect_text; TRL: from the step's start to the reward function's call, which follows generation) and the
 rest (advantages, loss, backward, optimizer step). Memory: our update scores the completion tokens only (the
 rollout's `extras["score"]`, as TRL does); 4 prompts x 8 completions x 32 tokens peaked at 11 GiB (2026-11-25).
 
@@ -117,7 +119,8 @@ class ArithmeticEnv(TextEnv):
 
 
 class Ours:
-    """collect_text + GRPO.update, one optimizer step over the whole batch."""
+    """Sync the rollout worker (policies/lm/rollout.py: a copy with LoRA merged) + collect_text + GRPO.update, one
+    optimizer step over the whole batch: the Trainer's step."""
 
     def __init__(self, problems: list[tuple[str, int]], group: int, max_new_tokens: int):
         self.policy = LMPolicy(LMPolicy.Config(model=MODEL, max_new_tokens=max_new_tokens, temperature=1.0)).train()
@@ -125,10 +128,13 @@ class Ours:
         self.algo = GRPO(GRPO.Config(minibatches=1, epochs=1, group_size=group, kl_coef=0.0), self.policy)
         self.env = ArithmeticEnv(problems)
         self.seeds = [instance_seed("train", i) for i in range(len(problems)) for _ in range(group)]
+        self.sampler, self.updates = self.policy.sampler(), 0
 
     def step(self) -> dict[str, float]:
         start = time.perf_counter()
-        batch = collect_text(self.env, self.policy, self.seeds)
+        self.sampler.sync(self.policy, self.updates)
+        batch = collect_text(self.env, self.sampler, self.seeds)
+        self.updates += 1
         rollout = time.perf_counter() - start
         metrics = self.algo.update(batch)
         return {"rollout_seconds": rollout, "completion_tokens": batch[keys.MASK].sum(1).float().mean().item(),

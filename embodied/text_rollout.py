@@ -15,6 +15,7 @@ and so on until the env ends the episode. The batch ([B] = one episode each) hol
     extras/score    bool [B, T]   the mask again, for `policy.evaluate`: only these tokens need scoring
     reward          float32 [B]   the episode's return (sum of the env's per-turn rewards)
     success, truncated bool [B];  turns int64 [B];  group int64 [B] (episodes sharing a seed)
+    policy_version int64 [B]      the sampling weights' version (a rollout worker's `version`; 0 for a policy)
 An episode whose next prompt would not leave room for a reply in the policy's context window (`max_context`)
 ends truncated there, without the env's last messages (the rollout does not crash; its return so far stands).
 
@@ -112,6 +113,7 @@ def collect_text(env: TextEnv, policy, seeds: Sequence[int]) -> TensorDict:
         keys.ACTION: tokens, keys.MASK: mask, keys.LOG_PROB: log_prob, keys.REWARD: out["reward"],
         keys.SUCCESS: out["success"], keys.TRUNCATED: out["truncated"], "turns": out["turns"], keys.GROUP: group,
         keys.EXTRAS: TensorDict({"score": mask}, batch_size=[n]),  # the learner scores the model's tokens only
+        "policy_version": torch.full((n,), int(getattr(policy, "version", 0))),  # the weights that sampled it
     }, batch_size=[n])
 
 
@@ -150,8 +152,11 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
 
 
 class TextCollector:
-    """GRPO's rollouts of a text env for the Trainer: each `collect` draws `episodes // group_size` training
-    instances (random indices into the train split, from the run's seed) and plays each `group_size` times.
+    """A text env's rollouts for the Trainer: each `collect` draws `episodes // group_size` training instances
+    (random indices into the train split, from the run's seed) and plays each `group_size` times (GRPO's groups;
+    1 for PPO). The rollout worker is separate from the learner (`policy.sampler()`, policies/lm/rollout.py):
+    each collect first syncs the learner's weights into it, and every episode carries the version it sampled
+    with (`policy_version`: the learner updates before it).
 
         batch = collector.collect()       # collect_text's batch [episodes]
         collector.count(batch)            # env steps it took: the replies
@@ -162,8 +167,15 @@ class TextCollector:
             raise ValueError(f"train.num_envs={episodes} episodes per update must be a multiple of "
                              f"algo.group_size={group_size}")
         self.env, self.policy, self.episodes, self.group_size = env, policy, episodes, group_size
+        self.sampler = policy.sampler()
+        self.collects = 0  # collect calls so far: the learner's updates when the next one syncs
         self.generator = torch.Generator()
         self._finished: list[torch.Tensor] = []
+
+    def synced_sampler(self):
+        """The rollout worker holding the learner's current weights."""
+        self.sampler.sync(self.policy, self.collects)
+        return self.sampler
 
     def reset(self, seed: int | None = None) -> None:
         self.generator.manual_seed(int(seed or 0))
@@ -171,7 +183,8 @@ class TextCollector:
     def collect(self) -> TensorDict:
         index = torch.randint(len(TRAIN_SEEDS), (self.episodes // self.group_size,), generator=self.generator)
         seeds = [instance_seed("train", int(i)) for i in index.repeat_interleave(self.group_size)]
-        batch = collect_text(self.env, self.policy, seeds)
+        batch = collect_text(self.env, self.synced_sampler(), seeds)
+        self.collects += 1
         self._finished.append(torch.stack([batch[keys.REWARD], batch["turns"].float(),
                                            batch[keys.SUCCESS].float(), batch[keys.MASK].sum(1).float()], -1))
         return batch
@@ -183,7 +196,8 @@ class TextCollector:
         return pop_means(self._finished, ("return", "length", "success", "response_tokens"))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"generator": self.generator.get_state()}
+        return {"generator": self.generator.get_state(), "collects": torch.tensor(self.collects)}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.generator.set_state(state["generator"])
+        self.collects = int(state.get("collects", 0))

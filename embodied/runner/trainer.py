@@ -161,7 +161,7 @@ class Trainer:
         if episodes not in self.eval_envs:  # built once: train.eval_every evaluates many times
             self.eval_envs[episodes] = make_env(self.config, episodes, self.device)
         if isinstance(self.env, TextEnv):  # the held-out split's first instances: the same for every run
-            result = evaluate_text(self.policy, self.eval_envs[episodes],
+            result = evaluate_text(self.collector.synced_sampler(), self.eval_envs[episodes],
                                    [instance_seed("heldout", i) for i in range(episodes)], self.cfg.eval_deterministic)
         else:  # a seed the training envs never used, so evaluation starts from unseen initial states
             result = evaluate(self.policy, self.eval_envs[episodes], seed=self.config["seed"] + 1_000_003,

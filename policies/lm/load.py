@@ -143,7 +143,9 @@ def byte_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "</s>"]
-    vocab = {t: i for i, t in enumerate(specials + pre_tokenizers.ByteLevel.alphabet())}
+    # alphabet() comes in a different order in every process (a hash set): sorted, a byte's id is the same in every
+    # run, so a test's random tiny model sees the same token embeddings each time
+    vocab = {t: i for i, t in enumerate(specials + sorted(pre_tokenizers.ByteLevel.alphabet()))}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()

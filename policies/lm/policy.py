@@ -134,6 +134,12 @@ class LMPolicy(Policy):
         finally:
             self.train(was_training)
 
+    def sampler(self):
+        """A rollout worker: a separate copy of this policy's model for generation (policies/lm/rollout.py)."""
+        from policies.lm.rollout import LMSampler
+
+        return LMSampler(self)
+
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOutput:
         raise NotImplementedError("LMPolicy replies with variable-length token lists inside a multi-turn rollout: "
                                   "call policy.generate(prompts) with token ids (policy.chat encodes messages)")

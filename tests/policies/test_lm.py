@@ -414,3 +414,53 @@ def test_a_lora_checkpoint_holds_the_adapters_only_and_loads_back_exactly():
         fresh.load_state_dict({k: v for k, v in list(state.items())[1:]})
     full = LMPolicy(LMConfig(model="tiny", lora_rank=0))
     assert set(full.state_dict()) == set(torch.nn.Module.state_dict(full))  # full fine-tuning: everything
+
+
+# --- the rollout worker: a separate copy of the model, synced from the learner ----------------------------------
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_the_sampler_is_a_separate_copy_that_sync_brings_to_the_learners_weights(lora_rank):
+    """The sampler's weights do not move with the learner's until `sync`; after it, the copy (LoRA merged into
+    its linear layers) computes the learner's logits up to the merge's float32 rounding (largest 1.3e-5 here on
+    logits of size ~1; the sampled log-probs' 1e-5 is the next test's), and carries the version it was given."""
+    policy = tiny(lora_rank=lora_rank)
+    sampler = policy.sampler()
+    seqs, _ = rollout(policy, n=3, turns=2)
+    obs, _ = pad_right(seqs)
+
+    def logits(model):
+        with torch.no_grad():
+            return model(input_ids=obs[TOKENS], attention_mask=obs[ATTENTION].long()).logits[obs[ATTENTION]]
+
+    torch.testing.assert_close(logits(sampler.model), logits(policy.model))
+    if lora_rank:
+        perturb_lora(policy)
+    else:
+        with torch.no_grad():
+            for p in policy.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+    assert (logits(sampler.model) - logits(policy.model)).abs().max() > 1e-2  # stale until synced
+    sampler.sync(policy, version=7)
+    torch.testing.assert_close(logits(sampler.model), logits(policy.model), atol=5e-5, rtol=1e-4)
+    assert sampler.version == 7 and not sampler.training and not any(p.requires_grad for p in sampler.parameters())
+    assert "lora" not in " ".join(n for n, _ in sampler.model.named_modules()).lower()  # one matrix per layer
+
+
+def test_episodes_sampled_by_the_worker_are_scored_alike_by_the_learner_and_stamped_with_its_version():
+    from embodied.text_env import instance_seed
+    from embodied.text_rollout import collect_text, TextCollector
+    from tests.runner.test_language_agent import EchoConfig, EchoEnv
+
+    policy = tiny(lora_rank=4, max_new_tokens=6)
+    perturb_lora(policy)
+    collector = TextCollector(EchoEnv(EchoConfig(max_turns=3)), policy, episodes=4, group_size=2)
+    first, second = collector.collect(), collector.collect()
+    assert first["policy_version"].tolist() == [0] * 4 and second["policy_version"].tolist() == [1] * 4
+    mask = second[keys.MASK]
+    log_prob, _, _ = policy.evaluate(second[keys.OBS], second[keys.ACTION])
+    torch.testing.assert_close(log_prob[mask], second[keys.LOG_PROB][mask], atol=1e-5, rtol=0)
+    state = collector.state_dict()
+    again = TextCollector(EchoEnv(), policy, episodes=4, group_size=2)
+    again.load_state_dict(state)
+    assert collect_text(EchoEnv(), again.synced_sampler(), [instance_seed("train", 0)])["policy_version"].item() == 2
