@@ -165,3 +165,8 @@ def tiny_llama(tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2):
         torch.manual_seed(seed)
         model = transformers.LlamaForCausalLM(config)
     return model.eval()
+
+
+def causal_lm(model):
+    """The causal LM under a peft wrapper (its LoRA layers in place), or the model itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model

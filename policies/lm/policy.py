@@ -46,7 +46,7 @@ from embodied import keys
 from embodied.config import check
 from embodied.policy import ActOutput, Policy
 from policies.lm.chat import ChatEncoder
-from policies.lm.load import MODELS, TINY, load_lm
+from policies.lm.load import MODELS, TINY, causal_lm, load_lm
 from policies.lm.sampling import Generation, positions, sample
 
 TOKENS, ATTENTION = keys.TOKENS, keys.ATTENTION  # obs entries of a token trajectory
@@ -175,13 +175,10 @@ class LMPolicy(Policy):
         entropy = torch.cat([zero, torch.where(valid, entropy, 0.0)], dim=1)
         return log_prob, entropy, logp.new_zeros(action.shape[0]) if values is None else values
 
-    def _causal(self):
-        return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # peft
-
     def _hidden(self, obs: TensorDict) -> torch.Tensor:
         """The decoder's last hidden state [B, T, H] (LoRA applied), without the output head."""
         attention = obs[ATTENTION]
-        return self._causal().get_decoder()(input_ids=obs[TOKENS], attention_mask=attention.long(),
+        return causal_lm(self.model).get_decoder()(input_ids=obs[TOKENS], attention_mask=attention.long(),
                                             position_ids=positions(attention), use_cache=False).last_hidden_state
 
     def _values(self, hidden: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
@@ -189,7 +186,7 @@ class LMPolicy(Policy):
 
     def _score(self, obs: TensorDict, action: torch.Tensor, score: torch.Tensor):
         attention = obs[ATTENTION]
-        causal = self._causal()
+        causal = causal_lm(self.model)
         hidden = self._hidden(obs)
         where = (score & attention)[:, 1:].nonzero(as_tuple=True)  # (row, t - 1): the position predicting token t
         logits = causal.get_output_embeddings()(hidden[where]).float() / self.config.temperature  # [N, V]

@@ -22,12 +22,8 @@ import copy
 
 import torch
 
+from policies.lm.load import causal_lm
 from policies.lm.sampling import Generation, sample
-
-
-def _causal(model):
-    """The causal LM under a peft wrapper (LoRA layers in place), or the model itself."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def merged_weights(policy) -> dict[str, torch.Tensor]:
@@ -35,11 +31,11 @@ def merged_weights(policy) -> dict[str, torch.Tensor]:
     layer's W + delta (peft's own `get_delta_weight`), and every other trainable parameter of the causal LM (all
     of them under full fine-tuning)."""
     out = {}
-    for name, module in _causal(policy.model).named_modules():
+    for name, module in causal_lm(policy.model).named_modules():
         if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):  # a peft LoRA layer
             for adapter in module.active_adapters:
                 out[f"{name}.weight"] = module.base_layer.weight + module.get_delta_weight(adapter)
-    for name, param in _causal(policy.model).named_parameters():
+    for name, param in causal_lm(policy.model).named_parameters():
         if param.requires_grad and "lora_" not in name:
             out[name.replace(".base_layer", "")] = param
     return out
