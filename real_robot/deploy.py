@@ -2,7 +2,7 @@
 
     embodied deploy runs/quadrotor_hover/<run> robot=mavlink --dry-run --steps 500
     embodied deploy <run> robot=sim_arm --episodes 3
-    embodied deploy <run> --export exported/          # TorchScript, ONNX and C (MLP policies)
+    embodied deploy <run> --export exported/          # TorchScript, ONNX and C (MLP policies; C: state-only)
 
 The policy, the robot (kind `robot` in the registry, or a preset in configs/robot/) and the
 training env meet here, through their contracts. The training env, rebuilt from the
@@ -418,8 +418,9 @@ class _Status:
             self.live.stop()
 
 
-def export(path: Path, out_dir: Path) -> dict[str, Path]:
-    """TorchScript, ONNX and C files of the policy at `path` (an MLP policy)."""
+def export(path: Path, out_dir: Path) -> dict[str, Path | str]:
+    """TorchScript, ONNX and C files of the policy at `path` (an MLP policy) -> {kind: the file written}; an image
+    policy gets no C file (the C export is state-only), its entry says so instead."""
     from real_robot.export import Controller, export_c, export_onnx, export_torchscript
 
     ckpt = checkpoint.find_checkpoint(path)
@@ -427,8 +428,14 @@ def export(path: Path, out_dir: Path) -> dict[str, Path]:
     env = registry.build("env", config["env"]["name"], {k: v for k, v in config["env"].items() if k != "name"}, num_envs=1)
     policy = make_policy(config, env)
     policy.load_state_dict(checkpoint.load_model(ckpt, env.device))
-    controller = Controller.from_policy(policy)
+    controller = Controller.from_policy(policy, env.observation_spec)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return {"torchscript": export_torchscript(controller, out_dir / "policy.pt"),
-            "onnx": export_onnx(controller, out_dir / "policy.onnx"), "c": export_c(controller, out_dir / "policy.c")}  # fmt: skip
+    files: dict[str, Path | str] = {"torchscript": export_torchscript(controller, out_dir / "policy.pt"),
+                                    "onnx": export_onnx(controller, out_dir / "policy.onnx")}  # fmt: skip
+    if controller.cameras:
+        files["c"] = (f"skipped: the C export is state-only and this policy reads cameras "
+                      f"({', '.join(controller.cameras)}); run policy.pt or policy.onnx")
+    else:
+        files["c"] = export_c(controller, out_dir / "policy.c")
+    return files
