@@ -4,6 +4,7 @@
     embodied train env=arm_reach [policy=mlp algo=ppo ...]      # no experiment: the components' own defaults
     embodied train env=my_pkg.envs:MyEnv                        # an env of your own (or an `embodied.envs` entry point)
     embodied train resume=<run dir>                             # continue an interrupted run
+    embodied train experiment=arm_reach init_from=<run or checkpoint>   # a new run from trained policy weights
     embodied eval <run dir or checkpoint> [--episodes N]
     embodied deploy <run dir or checkpoint> robot=<name> [robot.key=value ...] [--dry-run] [--export DIR]
     embodied correct <run or checkpoint> robot=<name> teleop=<device> [--episodes N] [--store DIR]
@@ -72,6 +73,9 @@ def _train_task(cfg) -> float | None:
             print(notice, flush=True)
             (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))  # Hydra saved it unsettled
         config = OmegaConf.to_container(cfg, resolve=True)
+        if config.get("resume") and config.get("init_from"):
+            raise ConfigError(f"resume={config['resume']} continues that run (its weights, optimizer and counters) and "
+                              f"init_from={config['init_from']} starts a new run from a checkpoint's weights: set one")
         if config.get("resume"):
             trainer = runner_class(config["resume"]).resume(config["resume"])
             print(f"resuming {config['resume']} from iteration {trainer.iteration} ({trainer.env_steps:,} env steps)")
@@ -110,6 +114,8 @@ def _discard(run_dir: Path) -> None:
 
 def _print_summary(summary: dict) -> None:
     lines = [f"trained {summary['env_steps']:,} env steps in {summary['train_seconds']:.1f} s"]
+    if summary.get("init_from"):
+        lines[0] += f", starting from the policy weights of {summary['init_from']}"
     if "eval/success" in summary:
         lines.append(
             f"evaluation: success {summary['eval/success']:.1%} over {summary['eval/episodes']} episodes, "
@@ -211,7 +217,8 @@ def deploy_cmd(argv: list[str]) -> int:
     parser.add_argument("--no-status", action="store_true", help="no live status line")
     parser.add_argument("--allow-unchecked", action="store_true",
                         help="deploy although a policy/robot meaning is undeclared (shapes are still checked)")
-    parser.add_argument("--export", type=Path, default=None, help="write TorchScript, ONNX and C to DIR and exit")
+    parser.add_argument("--export", type=Path, default=None,
+                        help="write TorchScript, ONNX and (state policies only) C to DIR and exit")
     args = parser.parse_args(argv)
     try:
         if args.export:

@@ -41,7 +41,7 @@ from embodied.data.record import record
 from embodied.data.replay import MixedSampler, ReplayBuffer, ReplayWindows
 from embodied.data.sources import open_data
 from embodied.device import resolve_device
-from embodied.runner import checkpoint
+from embodied.runner import checkpoint, init_from
 from embodied.runner.bc import BCConfig, bc_optimizer, bc_step
 from embodied.runner.evaluate import evaluate
 from embodied.runner.logger import RunLogger, plot_curve, read_metrics
@@ -127,6 +127,10 @@ class Pipeline:
             raise ConfigError(f"pipeline.demos: env {config['env']['name']!r} has no scripted expert "
                               "(an `expert_action` method); record data another way and train with data=<store>")
         self.policy = make_policy(config, self.env)
+        # the first stage starts from trained weights (resuming loads them again: a first stage cut short restarts
+        # from them); the run's config keeps the checkpoint's path
+        if config.get("init_from"):
+            self.config = {**config, "init_from": str(init_from.load(self.policy, config))}
         self.horizon = int(getattr(self.policy.config, "horizon", 1))  # action rows per window
         if self.cfg.bc.distill_updates and not hasattr(self.policy, "distill_student"):
             raise ConfigError(f"pipeline.bc.distill_updates: policy {config['policy']['name']!r} has no one-step "
@@ -198,6 +202,8 @@ class Pipeline:
             if last:
                 summary[f"{stage}/eval/success"] = last[-1]["eval/success"]
         summary.update({"env_steps": online_steps, "train_seconds": time.perf_counter() - start})
+        if self.config.get("init_from"):
+            summary["init_from"] = self.config["init_from"]
         if self.train_cfg.eval_episodes:
             env = make_env(self.config, self.train_cfg.eval_episodes, self.device)
             result = evaluate(self.policy, env, seed=self.config["seed"] + 1_000_003)
@@ -337,7 +343,8 @@ class Pipeline:
         else:
             # the pipeline evaluates at the end; the inner loop only for a curve (train.eval_every)
             episodes = self.cfg.online.eval_episodes if self.train_cfg.eval_every else 0
-            trainer = Trainer({**self.config, "data": None,
+            # init_from: None, the stage starts from the pipeline's policy (which init_from started)
+            trainer = Trainer({**self.config, "data": None, "init_from": None,
                                "train": {**self.config["train"], "eval_episodes": episodes}}, stage_dir)  # fmt: skip
             trainer.policy.load_state_dict(self.policy.state_dict())
         trainer.learn()

@@ -22,7 +22,7 @@ from embodied.build import make_algo, make_env, make_policy, needs
 from embodied.config import ConfigError, build_config, check
 from embodied.device import resolve_device
 from embodied.rollout import Collector, GroupCollector
-from embodied.runner import checkpoint
+from embodied.runner import checkpoint, init_from
 from embodied.runner.evaluate import evaluate
 from embodied.runner.logger import RunLogger, plot_curve, truncate_metrics
 from embodied.text_env import TextEnv, instance_seed
@@ -94,6 +94,8 @@ class Trainer:
         self.device = resolve_device(config["device"])
         self.env = make_env(config, self.cfg.num_envs, self.device)
         self.policy = make_policy(config, self.env)
+        if config.get("init_from"):  # a new run from trained weights: the run's config keeps the checkpoint's path
+            self.config = {**config, "init_from": str(init_from.load(self.policy, config))}
         if needs(config["algo"]["name"], "needs_replay"):
             raise ConfigError(
                 f"algo={config['algo']['name']} learns from a replay buffer, which this on-policy loop does not keep; "
@@ -147,6 +149,8 @@ class Trainer:
         self.save("latest")
         self.save("final")
         summary = {"run_dir": str(self.run_dir), "env_steps": self.env_steps, "train_seconds": self.train_time}
+        if self.config.get("init_from"):
+            summary["init_from"] = self.config["init_from"]
         if cfg.eval_episodes:
             result = self.evaluate(cfg.eval_episodes)
             logger.log({"iteration": self.iteration, "env_steps": self.env_steps, "time": self.train_time,
@@ -193,7 +197,10 @@ class Trainer:
         ckpt = checkpoint.usable(run_dir / "checkpoints" / "latest")
         if ckpt is None:
             raise FileNotFoundError(f"cannot resume: no checkpoint at {run_dir / 'checkpoints' / 'latest'}")
-        trainer = cls(checkpoint.load_config(ckpt), run_dir)
+        config = checkpoint.load_config(ckpt)
+        # the checkpoint's weights replace any init_from's: built without it, so that run may be gone by now
+        trainer = cls({**config, "init_from": None}, run_dir)
+        trainer.config = config
         state = checkpoint.load_trainer(ckpt)
         trainer.policy.load_state_dict(checkpoint.load_model(ckpt, trainer.device))
         trainer.algo.load_state_dict(state["algo"])
