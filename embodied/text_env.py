@@ -137,9 +137,10 @@ class TextEnv:
         self.success = torch.zeros(len(seeds), dtype=torch.bool)  # [N] sticky: the episode was solved
         return [self._opening(episode) for episode in self._episodes]
 
-    def step(self, replies: Sequence[str]) -> tuple[list[list[Message]], torch.Tensor, torch.Tensor, torch.Tensor,
-                                                    dict[str, Any]]:
-        """One reply per episode (ignored for episodes already done) -> next messages, reward, flags, info."""
+    def step(self, replies: Sequence[str | None]) -> tuple[list[list[Message]], torch.Tensor, torch.Tensor,
+                                                           torch.Tensor, dict[str, Any]]:
+        """One reply per episode -> next messages, reward, flags, info. An episode already done, or given None
+        (its rollout ended it, e.g. at the context window), takes no step: no turn, reward 0."""
         if not hasattr(self, "_episodes"):
             raise RuntimeError(f"{type(self).__name__}.step called before reset")
         n = len(self._episodes)
@@ -152,7 +153,7 @@ class TextEnv:
         invalid = torch.zeros(n, dtype=torch.bool)
         tool_call = torch.zeros(n, dtype=torch.bool)
         for i, (episode, reply) in enumerate(zip(self._episodes, replies)):
-            if self.done[i]:
+            if self.done[i] or reply is None:
                 continue
             if not isinstance(reply, str):
                 raise TypeError(f"reply {i} is a {type(reply).__name__}, not a str (decode tokens in the rollout)")

@@ -54,7 +54,7 @@ def run_episodes(env: TextEnv, policy, seeds: Sequence[int], deterministic: bool
         if not live:
             break
         gen = policy.generate([tokens[i] for i in live], deterministic=deterministic)
-        replies = [""] * n
+        replies: list[str | None] = [None] * n  # None: no step (finished, or cut by the context window)
         for j, i in enumerate(live):
             if gen.overflow[j]:
                 cut[i] = True
@@ -72,11 +72,7 @@ def run_episodes(env: TextEnv, policy, seeds: Sequence[int], deterministic: bool
         stepped = [i for i in live if not cut[i]]
         if not stepped:
             continue
-        done_before = env.done.clone()
         messages, reward, terminated, truncated, info = env.step(replies)
-        for i in range(n):  # an episode cut by the context window this turn takes no step: its reply is dropped
-            if cut[i] and not done_before[i]:
-                reward[i] = 0.0
         ret += reward
         timed_out |= truncated & ~cut
         for i in stepped:

@@ -144,6 +144,17 @@ def test_calculator_truncates_at_max_turns_and_pays_the_tool_bonus_once():
     assert rewards == pytest.approx([0.1, 0, 0]) and messages == [[], []] and not info["success"].any()
 
 
+def test_an_episode_given_none_takes_no_step():
+    """The rollout ends an episode at the context window by passing None: no turn, no reward, no penalty."""
+    env = calculator(invalid_reward=-0.25)
+    env.reset(TRAIN[:2])
+    messages, reward, terminated, truncated, _ = env.step([None, "no call"])
+    assert env.turns.tolist() == [0, 1] and reward.tolist() == [0, -0.25] and messages[0] == []
+    assert not (terminated | truncated).any() and not env.done.any()
+    with pytest.raises(TypeError, match="not a str"):
+        env.step([b"bytes", "x"])
+
+
 def test_calculator_instances_are_deterministic_and_equal_seeds_equal():
     seeds = [TRAIN[0], TRAIN[1], TRAIN[0], HELDOUT[0], HELDOUT[0]]
     first, second = calculator(max_digits=3), calculator(max_digits=3)
