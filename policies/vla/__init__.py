@@ -1,4 +1,5 @@
-"""Autoregressive VLA policy: transformers backbone, byte-level language, OpenVLA-style action bins,
+"""Autoregressive VLA policy: transformers backbone (fresh, or pretrained with its own tokenizer through
+policies.lm.load), byte-level or tokenizer language, OpenVLA-style action bins, LoRA or a frozen backbone,
 KV-cached chunk decoding, token log-probs for PPO/GRPO, OpenVLA-style checkpoint directories."""
 
 from policies.vla.policy import VLAConfig, VLAPolicy

@@ -1,4 +1,4 @@
-"""Autoregressive VLA: image patches + state + language bytes -> a causal transformer -> action tokens.
+"""Autoregressive VLA: image patches + state + language -> a causal transformer -> action tokens.
 
     policy = VLAPolicy(VLAPolicy.Config(), observation_spec, action_spec)
     out = policy.act(obs)                      # out.action [N, A]: the decoded chunk's first action
@@ -12,11 +12,28 @@ The sequence fed to the backbone through `inputs_embeds` (OpenVLA, Kim et al.
 
     [patches of each camera] [state] [BOS] [language bytes, fixed width L] [a_1 ... a_{H*A}]
      `------------------------ prefix, P positions ---------------------'
+    [patches of each camera] [state] [pad ... instruction's own token ids] [a_1 ... a_{H*A}]   (pretrained)
 
 Language keeps its full zero-padded width, so a sample's tokens and positions do
 not depend on which other samples share its batch: act on a rollout batch and
 evaluate on a shuffled minibatch see the same sequence. The value head reads the
 last hidden state at the last prefix position, the one that predicts a_1.
+
+Backbones. `backbone=llama|gpt2` builds a fresh random causal LM of the config's
+sizes and reads the instruction as bytes (above). A name in
+policies.lm.load.MODELS (smollm2-135m-instruct) or a local causal-LM directory
+loads that model and its tokenizer through `load_lm`, the loader of the
+language-agent path; the instruction is then the tokenizer's own ids at a fixed
+width, left-padded, in place of `[BOS] [bytes]` (policies/vla/tokenizer.py,
+InstructionTokenizer), and the action tokens are the vocabulary's last n_bins
+ids, as OpenVLA overwrites Llama 2's 256 least used tokens (Kim et al. 2024,
+Sec. 3.2): no new embedding rows, so the backbone's output head scores the
+actions from the start. The state and vision projections always start fresh.
+`lora_rank > 0` trains LoRA adapters (peft) instead of the backbone;
+`freeze_backbone` trains none of it: only the projections and the value head /
+critic learn, the projected state and image acting as a learned prompt for the
+frozen model (LLaVA's first stage trains its projector alone, Liu et al. 2023).
+Checkpoints leave out what `backbone` supplies again (see state_dict).
 
 Decoding. H*A tokens, one per step, each over the action bins only (logits of
 the other ids are dropped), at `temperature` (SimpleVLA-RL, Li et al. 2025,
@@ -32,7 +49,9 @@ which the executed action is a function.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -41,19 +60,34 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodied import keys
-from embodied.config import check
+from embodied.config import ConfigError, check
 from embodied.policy import ActOutput, Policy
 from embodied.specs import Spec
 from policies.common.chunk_policy import chunk_and_mask
 from policies.common.nets import value_mlp
 from policies.common.normalizer import Normalizer
+from policies.lm.load import MODELS, check_causal_lm_dir, load_lm
 from policies.vla.backbone import build_backbone, build_vision
-from policies.vla.tokenizer import BOS_ID, BYTE_OFFSET, ActionTokenizer, TokenLayout
+from policies.vla.tokenizer import BOS_ID, BYTE_OFFSET, ActionTokenizer, InstructionTokenizer, TokenLayout
+
+RANDOM_BACKBONES = ("llama", "gpt2")  # fresh, randomly initialised, sized by the config; byte-level language
 
 
 @dataclass(frozen=True)
 class VLAConfig:
-    backbone: Literal["llama", "gpt2"] = "llama"  # transformers causal LM class (OpenVLA uses Llama 2)
+    # "llama" / "gpt2": a fresh random causal LM of that class and the sizes below (OpenVLA uses Llama 2);
+    # a name in policies.lm.load.MODELS (smollm2-135m-instruct) or a causal-LM directory: that pretrained model
+    # and its own tokenizer, loaded by policies.lm.load.load_lm (hidden, layers, heads, max_positions and
+    # vocab_extra then come from the model)
+    backbone: str = "llama"
+    # fixed width of the tokenized instruction with a pretrained backbone; 0 = the language observation's byte
+    # width plus the tokenizer's special tokens (enough for byte-level BPE, as SmolLM2's: a token is >= 1 byte)
+    language_tokens: int = 0
+    # LoRA (Hu et al. 2021) on every linear layer of the backbone but its output head (peft's "all-linear", as
+    # policies/lm); 0 = no adapters. 16 / 32: TRL's ModelConfig defaults (lora_r, lora_alpha), as LMConfig
+    lora_rank: int = 0
+    lora_alpha: float = 32.0
+    freeze_backbone: bool = False  # train none of the backbone: only the projections and the value head / critic
     hidden: int = 64  # backbone width: tiny, so CPU tests and rollouts run in seconds (OpenVLA: 4096)
     layers: int = 2  # backbone transformer layers (OpenVLA: 32)
     heads: int = 4  # attention heads of backbone and vision tower
@@ -79,7 +113,18 @@ class VLAConfig:
     image_size: int = 0  # square side images are resized to; 0 = the camera's height
 
     def __post_init__(self):
-        check(self.backbone in ("llama", "gpt2"), f"policy.backbone={self.backbone!r}: valid choices llama, gpt2")
+        if self.backbone not in RANDOM_BACKBONES and self.backbone not in MODELS:
+            check(Path(self.backbone).is_dir(), f"policy.backbone={self.backbone!r}: valid choices "
+                  f"{', '.join([*RANDOM_BACKBONES, *MODELS])} or a causal-LM directory (no such directory)")
+            try:
+                check_causal_lm_dir(Path(self.backbone))
+            except ValueError as err:
+                raise ConfigError(f"policy.backbone={self.backbone!r}: {err}") from err
+        check(self.language_tokens >= 0, f"policy.language_tokens={self.language_tokens} must be >= 0")
+        check(self.lora_rank >= 0 and self.lora_alpha > 0,
+              f"policy.lora_rank={self.lora_rank} must be >= 0 and policy.lora_alpha={self.lora_alpha} > 0")
+        check(not (self.lora_rank and self.freeze_backbone),
+              "policy.lora_rank > 0 already freezes the backbone (only adapters train): unset policy.freeze_backbone")
         check(self.vision in ("siglip", "vit", "cnn"), f"policy.vision={self.vision!r}: valid choices siglip, vit, cnn")
         check(self.hidden >= 1 and self.layers >= 1 and self.heads >= 1 and self.hidden % self.heads == 0,
               f"policy.hidden={self.hidden} must be a positive multiple of policy.heads={self.heads}")
@@ -95,8 +140,9 @@ class VLAPolicy(Policy):
     Config = VLAConfig
 
     def __init__(self, config: VLAConfig, observation_spec: dict[str, Spec], action_spec: Spec,
-                 backbone: nn.Module | None = None):
-        """`backbone`: a transformers causal LM to use instead of a fresh one (a pretrained checkpoint)."""
+                 backbone: nn.Module | None = None, tokenizer: Any = None):
+        """`backbone`: a transformers causal LM to use instead of the one `config.backbone` names (a checkpoint's);
+        `tokenizer`: its tokenizer, needed with it where `config.backbone` is a pretrained model."""
         super().__init__()
         if len(action_spec.shape) != 1:
             raise ValueError(f"VLAPolicy needs a flat action spec [A], got {action_spec.shape}")
@@ -104,11 +150,28 @@ class VLAPolicy(Policy):
         self.observation_spec, self.action_spec = dict(observation_spec), action_spec
         self.action_dim = action_spec.shape[0]
         self.low, self.high = action_spec.low, action_spec.high
-        if backbone is None:
+        pretrained = config.backbone not in RANDOM_BACKBONES
+        if backbone is None and pretrained:
+            backbone, tokenizer = load_lm(config.backbone)  # the language-agent path's loader
+        elif backbone is None:
             backbone = build_backbone(config, BYTE_OFFSET + 256 + config.n_bins + config.vocab_extra)
-        self.lm = backbone
+        if pretrained and tokenizer is None:
+            raise ValueError(f"policy.backbone={config.backbone!r} reads language with its own tokenizer: "
+                             "pass the backbone's tokenizer with it")
         hidden = backbone.config.hidden_size
-        self.layout = TokenLayout(backbone.config.vocab_size, config.n_bins)
+        self.layout = TokenLayout(backbone.config.vocab_size, config.n_bins, None if pretrained else BYTE_OFFSET)
+        if config.lora_rank > 0:
+            import peft
+
+            lora = peft.LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                                   target_modules="all-linear", bias="none", task_type="CAUSAL_LM")
+            with warnings.catch_warnings():  # peft 0.21 calls transformers' deprecated is_gradient_checkpointing
+                warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+                backbone = peft.get_peft_model(backbone, lora)
+        elif config.freeze_backbone:
+            backbone.requires_grad_(False)
+        self.lm = backbone
+        self.tokenizer = tokenizer if pretrained else None
         self.bins = ActionTokenizer(config.n_bins)
         self.tokens = config.horizon * self.action_dim  # K action tokens per decode
 
@@ -126,6 +189,11 @@ class VLAPolicy(Policy):
         self.state_norm = Normalizer(max(self.state_dim, 1))
         self.state_proj = nn.Sequential(nn.Linear(max(self.state_dim, 1), hidden), nn.GELU(), nn.Linear(hidden, hidden))
         self.has_language = keys.LANGUAGE in observation_spec
+        self.text = None  # the backbone's own tokenizer over the language bytes (a pretrained backbone)
+        if self.tokenizer is not None and self.has_language:
+            width = config.language_tokens or (observation_spec[keys.LANGUAGE].shape[0]
+                                               + self.tokenizer.num_special_tokens_to_add())
+            self.text = InstructionTokenizer(self.tokenizer, width)
         offset = scale = None
         if self.low is not None and self.high is not None:  # until fitted: the spec's box onto [-1, 1]
             offset = torch.full((self.action_dim,), (self.high + self.low) / 2)
@@ -158,6 +226,10 @@ class VLAPolicy(Policy):
         batch = obs.batch_size[0]
         if self.state_dim:
             parts.append(self.state_proj(self.state_norm(obs[keys.STATE])).unsqueeze(1))
+        if self.tokenizer is not None:  # the backbone's own ids, specials as its tokenizer adds them; no bytes
+            if self.text is not None:
+                parts.append(embed(self.text(obs[keys.LANGUAGE])))
+            return torch.cat(parts, 1)
         ids = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=self.state_norm.offset.device)
         if self.has_language:
             ids = torch.cat([ids, self.layout.text_ids(obs[keys.LANGUAGE])], 1)
@@ -243,6 +315,35 @@ class VLAPolicy(Policy):
         nll = -log_p.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
         weight = mask.repeat_interleave(self.action_dim, 1)
         return (nll * weight).sum() / weight.sum().clamp(min=1)
+
+    # --- weights: what a run's checkpoints hold -----------------------------------------------
+    def state_dict(self, *args, **kwargs) -> dict[str, Any]:
+        """Everything but the backbone weights that `config.backbone` supplies again: with a pretrained backbone
+        its frozen weights (LoRA, freeze_backbone: ~MBs a checkpoint instead of 0.5 GB for SmolLM2-135M), and
+        the second name of a tied weight (SmolLM2's output head is its input embedding; safetensors refuses to
+        write one tensor twice)."""
+        state = super().state_dict(*args, **kwargs)
+        prefix = kwargs.get("prefix", "")
+        skip = {prefix + name for name in self._supplied()}
+        return type(state)((k, v) for k, v in state.items() if k not in skip)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Loads what `state_dict` returns; any other missing or unexpected tensor is an error under `strict`."""
+        result = super().load_state_dict(state_dict, strict=False, assign=assign)
+        missing = [k for k in result.missing_keys if k not in self._supplied()]
+        if strict and (missing or result.unexpected_keys):
+            raise RuntimeError(f"VLAPolicy.load_state_dict: missing {missing[:5]}, unexpected "
+                               f"{list(result.unexpected_keys)[:5]} (a checkpoint of another backbone or setting?)")
+        return result
+
+    def _supplied(self) -> set[str]:
+        """state_dict names of backbone weights that need no checkpoint (see state_dict)."""
+        every = dict(self.lm.named_parameters(remove_duplicate=False))
+        unique = dict(self.lm.named_parameters())
+        names = {n for n in every if n not in unique}  # tied: saved under their first name only
+        if self.tokenizer is not None:
+            names |= {n for n, p in unique.items() if not p.requires_grad}
+        return {"lm." + n for n in names}
 
     # --- helpers ----------------------------------------------------------------------------
     def _value(self, obs: TensorDict, hidden: torch.Tensor | None) -> torch.Tensor:

@@ -16,6 +16,12 @@ beside them (Kim et al. 2024; openvla/openvla-7b):
     vla_config.json                  VLAConfig, specs, action bins, token layout, normalizer statistics
     heads.safetensors                projectors, state/action normalizers, value head
 
+A policy with a pretrained backbone (`backbone=<name or directory>`) also writes
+its tokenizer there, and its LoRA adapters merged into the backbone's weights
+(peft's merge_and_unload, on a copy); loading reads backbone and tokenizer with
+policies.lm.load.load_lm and puts fresh, zero-initialised adapters on the merged
+weights, so the outputs are the same.
+
 A plain causal-LM directory (no vla_config.json) becomes the backbone of a new
 policy: its vocabulary's last `n_bins` ids become the action tokens (OpenVLA's
 choice for Llama 2) and the heads start fresh.
@@ -23,6 +29,7 @@ choice for Llama 2) and the heads start fresh.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -34,7 +41,8 @@ from safetensors.torch import load_file, save_file
 from embodied.registry import MissingExtraError
 from embodied.specs import Spec
 from policies.vla.backbone import TransformersPatches, transformers
-from policies.vla.policy import VLAConfig, VLAPolicy
+from policies.lm.load import load_lm
+from policies.vla.policy import RANDOM_BACKBONES, VLAConfig, VLAPolicy
 
 FORMAT = "embodied-vla/1"
 
@@ -51,7 +59,12 @@ def _spec_from_json(d: dict[str, Any]) -> Spec:
 def save_pretrained(policy: VLAPolicy, path: str | Path) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    policy.lm.save_pretrained(path)
+    lm = policy.lm
+    if policy.config.lora_rank > 0:  # peft would write the adapters alone: the merged weights load anywhere
+        lm = copy.deepcopy(lm).merge_and_unload()
+    lm.save_pretrained(path)
+    if policy.tokenizer is not None:
+        policy.tokenizer.save_pretrained(path)
     if isinstance(policy.vision, TransformersPatches):
         policy.vision.model.save_pretrained(path / "vision")
     own = {k: v.contiguous() for k, v in policy.state_dict().items()
@@ -79,18 +92,23 @@ def load_pretrained(path: str | Path, config: VLAConfig | None = None,
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} is not a transformers model directory (no config.json)")
-    lm = transformers.AutoModelForCausalLM.from_pretrained(path)
     meta_file = path / "vla_config.json"
     if not meta_file.exists():
+        lm = transformers.AutoModelForCausalLM.from_pretrained(path)
         if observation_spec is None or action_spec is None:
             raise ValueError(f"{path} holds a language model only: pass observation_spec and action_spec")
         return VLAPolicy(config or VLAConfig(), observation_spec, action_spec, backbone=lm).to(device)
     meta = json.loads(meta_file.read_text())
     if meta.get("format") != FORMAT:
         raise ValueError(f"{meta_file}: format {meta.get('format')!r}, expected {FORMAT!r}")
-    saved = VLAConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()})
-    policy = VLAPolicy(saved, {k: _spec_from_json(s) for k, s in meta["observation_spec"].items()},
-                       _spec_from_json(meta["action_spec"]), backbone=lm)
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()}
+    if fields["backbone"] in RANDOM_BACKBONES:
+        lm, tokenizer = transformers.AutoModelForCausalLM.from_pretrained(path), None
+    else:  # a pretrained backbone: this directory holds it (trained) and its tokenizer
+        fields["backbone"] = str(path)
+        lm, tokenizer = load_lm(str(path))
+    policy = VLAPolicy(VLAConfig(**fields), {k: _spec_from_json(s) for k, s in meta["observation_spec"].items()},
+                       _spec_from_json(meta["action_spec"]), backbone=lm, tokenizer=tokenizer)
     if policy.layout.first_action != meta["first_action_token"]:
         raise ValueError(f"{path}: action tokens start at {meta['first_action_token']} in vla_config.json but at "
                          f"{policy.layout.first_action} in the backbone's vocabulary")
