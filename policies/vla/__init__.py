@@ -1,6 +1,7 @@
-"""Autoregressive VLA policy: transformers backbone (fresh, or pretrained with its own tokenizer through
+"""VLA policy: transformers backbone (fresh, or pretrained with its own tokenizer through
 policies.lm.load), byte-level or tokenizer language, OpenVLA-style action bins, LoRA or a frozen backbone,
-KV-cached chunk decoding, token log-probs for PPO/GRPO, OpenVLA-style checkpoint directories."""
+KV-cached or parallel (OpenVLA-OFT) chunk decoding, token log-probs for PPO/GRPO, OpenVLA-style checkpoint
+directories."""
 
 from policies.vla.policy import VLAConfig, VLAPolicy
 

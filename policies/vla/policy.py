@@ -1,4 +1,4 @@
-"""Autoregressive VLA: image patches + state + language -> a causal transformer -> action tokens.
+"""VLA: image patches + state + language -> a causal transformer -> action tokens.
 
     policy = VLAPolicy(VLAPolicy.Config(), observation_spec, action_spec)
     out = policy.act(obs)                      # out.action [N, A]: the decoded chunk's first action
@@ -42,6 +42,31 @@ samples rollouts at raised temperature); greedy when deterministic. With
 backbone's `past_key_values`. Log-probs are of the tempered distribution the
 token was drawn from, so PPO's ratio compares like with like.
 
+Parallel decoding (`decoding=parallel`; OpenVLA-OFT, Kim et al. 2025, "Fine-Tuning
+Vision-Language-Action Models: Optimizing Speed and Success", arXiv:2502.19645):
+the action positions hold H*A learned placeholder embeddings, one per action slot,
+in place of the sampled tokens, and ONE backbone pass gives every slot's logits
+over the bins; the slot's own position predicts it. (OFT feeds empty embeddings
+there; learned ones tell the slots apart under a causal mask too.) The slots are sampled independently
+given the prefix, so a chunk's log-prob is the exact sum of the slots' log-probs
+(one ratio per slot with token_ratios), and act, evaluate and bc_loss run the
+same single pass: an env step costs one backbone forward.
+
+    [patches] [state] [BOS] [language] [q_1 ... q_{H*A}]    q_k: learned, predicts a_k
+
+As in OFT, the action slots attend to each other bidirectionally and to the
+whole prefix, while the prefix stays causal: a 4D additive attention mask
+(`slot_attention_mask`; transformers takes it as given, for Llama and GPT-2 with
+sdpa and eager attention alike). The prefix never sees the slots, so the last
+prefix position, where the value head reads, is a function of the prefix alone
+and `value` needs no placeholders.
+
+`action_head=l1` (parallel only) replaces the bins by OFT's continuous head: an
+MLP from each slot's last hidden state to its normalized action value, trained
+by L1 regression (Kim et al. 2025). It is a point estimate with no
+distribution, so it is for BC and evaluation only: act(deterministic=False) and
+evaluate, which PPO and GRPO need, refuse it.
+
 Action chunks are re-planned every step (receding horizon), as in
 policies/common/chunk_policy.py: the MDP action is the token sequence, of
 which the executed action is a function.
@@ -71,6 +96,8 @@ from policies.vla.backbone import build_backbone, build_vision
 from policies.vla.tokenizer import BOS_ID, BYTE_OFFSET, ActionTokenizer, InstructionTokenizer, TokenLayout
 
 RANDOM_BACKBONES = ("llama", "gpt2")  # fresh, randomly initialised, sized by the config; byte-level language
+L1_NO_DISTRIBUTION = ("VLAPolicy.{} with policy.action_head=l1: the L1 head regresses one action and has no "
+                      "distribution to sample or score (BC and evaluation only); PPO and GRPO need action_head=bins")
 
 
 @dataclass(frozen=True)
@@ -97,6 +124,13 @@ class VLAConfig:
     horizon: int = 1  # actions per decoded chunk (H); the first one is executed
     temperature: float = 1.0  # sampling temperature of act(deterministic=False) and of its log-probs
     use_cache: bool = True  # decode with past_key_values (False: re-run the whole sequence per token)
+    # "autoregressive": H*A tokens, one backbone pass each, each conditioned on the ones before (OpenVLA);
+    # "parallel": every action slot from one pass over learned placeholders, slots independent given the
+    # prefix (OpenVLA-OFT's parallel decoding, Kim et al. 2025); see the module docstring
+    decoding: Literal["autoregressive", "parallel"] = "autoregressive"
+    # "bins": a categorical over n_bins per action token (OpenVLA); "l1": OpenVLA-OFT's continuous L1-regression
+    # head on the parallel slots, deterministic, so for BC only (no log-probs for PPO / GRPO); needs parallel
+    action_head: Literal["bins", "l1"] = "bins"
     # one PPO ratio per action token (log_prob [N, K]; RLinf-VLA's token-level log-prob, Zang et al. 2025) instead
     # of the decode's joint log-prob [N], whose ratio moves K times as fast (as DPPO's per-step ratio for diffusion)
     token_ratios: bool = False
@@ -132,6 +166,11 @@ class VLAConfig:
         check(self.n_bins >= 2 and self.vocab_extra >= 0, "policy.n_bins must be >= 2 and policy.vocab_extra >= 0")
         check(self.horizon >= 1, f"policy.horizon={self.horizon} must be >= 1")
         check(self.temperature > 0, f"policy.temperature={self.temperature} must be > 0")
+        check(self.decoding in ("autoregressive", "parallel"),
+              f"policy.decoding={self.decoding!r}: valid choices autoregressive, parallel")
+        check(self.action_head in ("bins", "l1"), f"policy.action_head={self.action_head!r}: valid choices bins, l1")
+        check(self.action_head == "bins" or self.decoding == "parallel",
+              "policy.action_head=l1 regresses the parallel slots: set policy.decoding=parallel")
         check(self.critic in ("head", "mlp"), f"policy.critic={self.critic!r}: valid choices head, mlp")
         check(self.patch_size >= 1 and self.image_size >= 0, "policy.patch_size >= 1 and policy.image_size >= 0")
 
@@ -174,6 +213,13 @@ class VLAPolicy(Policy):
         self.tokenizer = tokenizer if pretrained else None
         self.bins = ActionTokenizer(config.n_bins)
         self.tokens = config.horizon * self.action_dim  # K action tokens per decode
+        self.action_queries = None  # parallel decoding's placeholders [K, D], one per action slot
+        if config.decoding == "parallel":
+            # std 0.02: the embedding init of Llama and GPT-2 (transformers' initializer_range default)
+            self.action_queries = nn.Parameter(torch.randn(self.tokens, hidden) * 0.02)
+        self.l1_head = None  # OFT's MLP action head: a slot's hidden state -> its normalized action value
+        if config.action_head == "l1":
+            self.l1_head = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 1))
 
         self.cameras = sorted(k.split("/", 1)[1] for k in observation_spec if k.startswith(keys.IMAGES + "/"))
         self.vision = self.projector = None
@@ -243,14 +289,30 @@ class VLAPolicy(Policy):
     # --- the Policy contract -------------------------------------------------------------
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOutput:
+        if self.l1_head is not None:
+            if not deterministic:
+                raise ValueError(L1_NO_DISTRIBUTION.format("act(deterministic=False)"))
+            chunk, value = self.regress(obs)  # [B, H, A], normalized
+            action = self.action_norm.inverse(chunk[:, 0])
+            if self.low is not None or self.high is not None:
+                action = action.clamp(self.low, self.high)
+            # a point estimate has no log-prob: zeros fill the contract's field, which evaluation ignores
+            return ActOutput(action, torch.zeros_like(value), value, {"chunk": chunk})
         ids, token_log_prob, value = self.decode(obs, deterministic)
         bins = self.layout.action_bins(ids).view(-1, self.config.horizon, self.action_dim)
         log_prob = token_log_prob if self.config.token_ratios else token_log_prob.sum(-1)
         return ActOutput(self.to_env_action(bins[:, 0]), log_prob, value, {"tokens": ids, "token_log_prob": token_log_prob})
 
     def decode(self, obs: TensorDict, deterministic: bool = False):
-        """(token ids [B, K], their log-probs [B, K], value [B]) decoded token by token."""
+        """(token ids [B, K], their log-probs [B, K], value [B]): token by token, or all from one pass (parallel)."""
         temperature, embed = self.config.temperature, self.lm.get_input_embeddings()
+        if self.config.decoding == "parallel":
+            log_p, value = self.token_log_probs(obs, None, temperature)  # [B, K, n_bins]
+            if deterministic:
+                choice = log_p.argmax(-1)
+            else:
+                choice = torch.multinomial(log_p.exp().flatten(0, 1), 1).view(log_p.shape[:2])
+            return choice + self.layout.first_action, log_p.gather(-1, choice.unsqueeze(-1)).squeeze(-1), value
         seq = self.prefix(obs)
         out = self.lm(inputs_embeds=seq, use_cache=self.config.use_cache, output_hidden_states=True, logits_to_keep=1)
         value = self._value(obs, out.hidden_states[-1][:, -1])
@@ -273,17 +335,48 @@ class VLAPolicy(Policy):
                 out = self.lm(inputs_embeds=seq, use_cache=False, logits_to_keep=1)
         return torch.stack(ids, 1), torch.stack(log_probs, 1), value
 
-    def token_log_probs(self, obs: TensorDict, ids: torch.Tensor, temperature: float):
-        """Teacher forcing in one pass: (bin log-probs [B, K, n_bins] at each action position, value [B])."""
-        seq = torch.cat([self.prefix(obs), self.lm.get_input_embeddings()(ids[:, :-1])], 1)
-        out = self.lm(inputs_embeds=seq, use_cache=False, output_hidden_states=True, logits_to_keep=ids.shape[1])
-        start = seq.shape[1] - ids.shape[1]  # the last prefix position predicts the first action token
-        value = self._value(obs, out.hidden_states[-1][:, start])
+    def forward_actions(self, obs: TensorDict, ids: torch.Tensor | None):
+        """The one backbone pass over prefix and action positions: (its output, whose logits are those of the K
+        action predictions, value [B]). Autoregressive: teacher-forced on ids [B, K], position P-1+k predicting
+        a_{k+1}; parallel: over the placeholders, slot k predicting a_k (ids unused, may be None)."""
+        prefix = self.prefix(obs)
+        if self.action_queries is not None:
+            rest = self.action_queries.expand(prefix.shape[0], -1, -1)
+        else:
+            rest = self.lm.get_input_embeddings()(ids[:, :-1])
+        seq = torch.cat([prefix, rest.to(prefix.dtype)], 1)
+        mask = None if self.action_queries is None else self.slot_attention_mask(seq, prefix.shape[1])
+        out = self.lm(inputs_embeds=seq, attention_mask=mask, use_cache=False, output_hidden_states=True,
+                      logits_to_keep=self.tokens)
+        return out, self._value(obs, out.hidden_states[-1][:, prefix.shape[1] - 1])  # the last prefix position
+
+    def slot_attention_mask(self, seq: torch.Tensor, prefix_len: int) -> torch.Tensor:
+        """Additive mask [B, 1, L, L] for seq [B, L, D]: causal over the prefix, every action slot sees the whole
+        prefix and every other slot (OpenVLA-OFT's bidirectional action attention)."""
+        length = seq.shape[1]
+        allowed = torch.ones(length, length, dtype=torch.bool, device=seq.device).tril()
+        allowed[prefix_len:, prefix_len:] = True
+        mask = torch.zeros(length, length, dtype=seq.dtype, device=seq.device)
+        mask = mask.masked_fill(~allowed, torch.finfo(seq.dtype).min)
+        return mask.expand(seq.shape[0], 1, length, length)
+
+    def token_log_probs(self, obs: TensorDict, ids: torch.Tensor | None, temperature: float):
+        """One pass: (bin log-probs [B, K, n_bins] of each action token, value [B]); see forward_actions."""
+        out, value = self.forward_actions(obs, ids)
         return self.bin_log_probs(out.logits, temperature), value
+
+    def regress(self, obs: TensorDict):
+        """action_head=l1: (normalized action chunk [B, H, A], unclamped, value [B]) from the parallel pass."""
+        out, value = self.forward_actions(obs, None)
+        chunk = self.l1_head(out.hidden_states[-1][:, -self.tokens:]).view(-1, self.config.horizon, self.action_dim)
+        return chunk.float(), value
 
     def evaluate(self, obs: TensorDict, action: torch.Tensor, extras: dict[str, Any] | None = None):
         """Sums over the action tokens of log-prob and entropy (per token [..., K] with token_ratios),
-        and the value; obs may have any batch shape (e.g. [B, T] episodes for GRPO), which the outputs keep."""
+        and the value, from act's own single pass in parallel mode; obs may have any batch shape (e.g. [B, T]
+        episodes for GRPO), which the outputs keep."""
+        if self.l1_head is not None:
+            raise ValueError(L1_NO_DISTRIBUTION.format("evaluate"))
         shape = obs.batch_size
         obs = obs.reshape(-1)
         if extras is not None and "tokens" in extras:
@@ -308,8 +401,13 @@ class VLAPolicy(Policy):
 
     def bc_loss(self, batch: TensorDict) -> torch.Tensor:
         """Mean token cross-entropy (at temperature 1) of demo chunks: batch[action] [B, H, A], or
-        [B, A] (a chunk whose first row alone is real); optional batch[mask] [B, H] marks real rows."""
+        [B, A] (a chunk whose first row alone is real); optional batch[mask] [B, H] marks real rows.
+        action_head=l1: the mean L1 distance of the normalized chunks instead (OpenVLA-OFT's loss)."""
         chunk, mask = chunk_and_mask(batch, self.config.horizon, self.action_dim)
+        if self.l1_head is not None:
+            predicted, _ = self.regress(batch[keys.OBS])
+            error = (predicted - self.action_norm(chunk)).abs().mean(-1)  # [B, H]
+            return (error * mask).sum() / mask.sum().clamp(min=1)
         bins = self.bins.tokenize(self.action_norm(chunk)).flatten(1)  # [B, K]
         log_p, _ = self.token_log_probs(batch[keys.OBS], self.layout.action_ids(bins), 1.0)
         nll = -log_p.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
