@@ -34,6 +34,27 @@ def raw_greedy(policy, obs):
     return torch.stack(ids, 1)
 
 
+def round_robin(cases: dict, calls: int) -> dict[str, float]:
+    """Time each case `calls` times, round robin after one warm-up call each (contention hits every case alike);
+    print median and interquartile range, return the medians in seconds."""
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    with torch.inference_mode():
+        for fn in cases.values():
+            fn()
+        for _ in range(calls):
+            for name, fn in cases.items():
+                start = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - start)
+    med = {}
+    width = max(map(len, cases))
+    for name, times in samples.items():
+        q = statistics.quantiles(times, n=4)
+        med[name] = statistics.median(times)
+        print(f"{name:{width}s} median {med[name] * 1e3:8.2f} ms   IQR {q[0] * 1e3:.2f}-{q[2] * 1e3:.2f} ms")
+    return med
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--horizon", type=int, default=4)
@@ -54,20 +75,7 @@ def main() -> None:
         "VLA act, greedy, no cache": lambda: uncached.act(obs, deterministic=True),
     }
     assert torch.equal(cases["raw forward, greedy, KV cache"](), cached.act(obs, True).extras["tokens"])
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-    with torch.inference_mode():
-        for fn in cases.values():
-            fn()
-        for _ in range(args.rounds * args.repeats):  # round robin: contention hits every case alike
-            for name, fn in cases.items():
-                start = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - start)
-    med = {}
-    for name, times in samples.items():
-        q = statistics.quantiles(times, n=4)
-        med[name] = statistics.median(times)
-        print(f"{name:32s} median {med[name] * 1e3:7.2f} ms   IQR {q[0] * 1e3:.2f}-{q[2] * 1e3:.2f} ms")
+    med = round_robin(cases, args.rounds * args.repeats)
     print(f"{cached.tokens} action tokens; framework act overhead over the raw forward: "
           f"{(med['VLA act, greedy, KV cache'] / med['raw forward, greedy, KV cache'] - 1) * 100:+.1f}%")
     print(f"KV cache speed-up: {med['VLA act, greedy, no cache'] / med['VLA act, greedy, KV cache']:.2f}x")

@@ -18,12 +18,14 @@ Both acts sample (deterministic=False), as rollouts do.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
 
-from embodied import registry
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+from benchmarks.bench_vla import round_robin  # noqa: E402
+from embodied import registry  # noqa: E402
 
 POLICY = {"n_bins": 32, "language_tokens": 12, "critic": "mlp"}  # configs/experiment/arm_reach_vla_ppo.yaml
 ENV = {"max_instruction_bytes": 40}
@@ -63,20 +65,7 @@ def main() -> None:
     cases = {}
     for batch in args.batches:
         cases.update(cases_for(batch, args.backbone, args.horizon))
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-    with torch.inference_mode():
-        for fn in cases.values():  # warm-up
-            fn()
-        for _ in range(args.rounds * args.repeats):  # round robin: contention hits every case alike
-            for name, fn in cases.items():
-                start = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - start)
-    med = {}
-    for name, times in samples.items():
-        q = statistics.quantiles(times, n=4)
-        med[name] = statistics.median(times)
-        print(f"{name:48s} median {med[name] * 1e3:8.2f} ms   IQR {q[0] * 1e3:.2f}-{q[2] * 1e3:.2f} ms")
+    med = round_robin(cases, args.rounds * args.repeats)
     for batch in args.batches:
         serial, parallel, raw = (med[f"b{batch} {c}"] for c in (
             "act, autoregressive, KV cache", "act, parallel", "raw transformers forward, P+K positions"))

@@ -95,22 +95,28 @@ def test_action_slots_attend_to_each_other_and_the_prefix_never_sees_them(backbo
     torch.testing.assert_close(full.hidden_states[-1][:, :p], alone.hidden_states[-1], atol=1e-5, rtol=1e-5)
 
 
-def test_parallel_bc_loss_learns_a_fixed_batch():
-    env = arm(16)
-    obs, _ = env.reset(seed=0)
-    policy = policy_for(env, horizon=2, n_bins=32, decoding="parallel")
+def fit_random_chunks(policy, env, obs, steps: int) -> tuple[list[float], torch.Tensor]:
+    """BC on one fixed batch of random 2-step chunks (seeded): the loss of every Adam step, and the chunks."""
     torch.manual_seed(0)
     low, high = env.action_spec.low, env.action_spec.high
-    chunk = low + (high - low) * torch.rand(16, 2, 4)
-    batch = TensorDict({keys.OBS: obs, keys.ACTION: chunk}, batch_size=[16])
+    chunk = low + (high - low) * torch.rand(len(obs), 2, 4)
+    batch = TensorDict({keys.OBS: obs, keys.ACTION: chunk}, batch_size=[len(obs)])
     optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
     losses = []
-    for _ in range(30):
+    for _ in range(steps):
         loss = policy.bc_loss(batch)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+    return losses, chunk
+
+
+def test_parallel_bc_loss_learns_a_fixed_batch():
+    env = arm(16)
+    obs, _ = env.reset(seed=0)
+    policy = policy_for(env, horizon=2, n_bins=32, decoding="parallel")
+    losses, _ = fit_random_chunks(policy, env, obs, steps=30)
     assert losses[0] == pytest.approx(torch.log(torch.tensor(32.0)).item(), abs=0.3)  # ~uniform at init
     assert losses[-1] < 0.5 * losses[0]  # it fits the demos, not merely runs
     assert policy.action_queries.grad is not None and policy.action_queries.grad.abs().sum() > 0
@@ -177,18 +183,8 @@ def test_l1_head_learns_by_regression_and_refuses_what_needs_a_distribution():
     env = arm(16)
     obs, _ = env.reset(seed=0)
     policy = policy_for(env, horizon=2, n_bins=32, decoding="parallel", action_head="l1")
-    torch.manual_seed(0)
+    losses, chunk = fit_random_chunks(policy, env, obs, steps=80)
     low, high = env.action_spec.low, env.action_spec.high
-    chunk = low + (high - low) * torch.rand(16, 2, 4)
-    batch = TensorDict({keys.OBS: obs, keys.ACTION: chunk}, batch_size=[16])
-    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(80):
-        loss = policy.bc_loss(batch)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
     assert losses[-1] < 0.6 * losses[0]  # ~0.5 (the best constant's) -> ~0.2: it fits each sample's chunk
     out = policy.act(obs, deterministic=True)
     assert count_backbone_passes(policy, lambda: policy.act(obs, deterministic=True)) == 1
