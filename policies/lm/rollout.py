@@ -8,8 +8,9 @@
 Rollout and learner meet only at `sync`: the shape distributed RL needs (RLinf's and veRL's rollout workers hold
 their own weights and receive the learner's after each update), so a worker process can take the sampler as it
 is and receive the same tensors. On one machine the copy pays for itself: generation runs one forward per token
-at small batch, where peft's LoRA branch on every linear layer (two extra matmuls and an add) costs 1-26% of a step
-(batch 32, 32 tokens, SmolLM2-135M, 1 thread, 2026-11-25); the copy carries W + (alpha / r) B A in one matrix.
+at small batch, where peft's LoRA branch on every linear layer (two extra matmuls and an add) makes a step
+1.01-1.26x slower (batch 32, 32 tokens, SmolLM2-135M, 1 thread, 2026-11-25); the copy carries W + (alpha / r) B A
+in one matrix.
 
 The merge rounds differently from the learner's unmerged forward: sampled log-probs and the learner's
 recomputation differ by float32 rounding (tested within 1e-5 on the tiny model; the PPO ratio starts at 1 up to
