@@ -31,15 +31,19 @@ def merged_weights(policy) -> dict[str, torch.Tensor]:
     """The learner's weights that can change, by the plain model's parameter names: every LoRA-wrapped linear
     layer's W + delta (peft's own `get_delta_weight`), and every other trainable parameter of the causal LM (all
     of them under full fine-tuning)."""
-    out = {}
-    for name, module in causal_lm(policy.model).named_modules():
+    return {name: weight() for name, weight in _changing(policy)}
+
+
+def _changing(policy):
+    """(plain name, a function computing its current weight) for each weight `merged_weights` returns."""
+    model = causal_lm(policy.model)
+    for name, module in model.named_modules():
         if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):  # a peft LoRA layer
             for adapter in module.active_adapters:
-                out[f"{name}.weight"] = module.base_layer.weight + module.get_delta_weight(adapter)
-    for name, param in causal_lm(policy.model).named_parameters():
+                yield f"{name}.weight", lambda m=module, a=adapter: m.base_layer.weight + m.get_delta_weight(a)
+    for name, param in model.named_parameters():
         if param.requires_grad and "lora_" not in name:
-            out[name.replace(".base_layer", "")] = param
-    return out
+            yield name.replace(".base_layer", ""), lambda p=param: p
 
 
 class LMSampler(torch.nn.Module):
@@ -55,7 +59,7 @@ class LMSampler(torch.nn.Module):
         self.eval().requires_grad_(False)
         self.version = 0
         self._params = dict(self.model.named_parameters())
-        missing = sorted(set(merged_weights(policy)) - set(self._params))
+        missing = sorted({name for name, _ in _changing(policy)} - set(self._params))
         if missing:
             raise ValueError(f"the sampler's copy has no parameters {missing[:3]}: cannot sync from this model")
 

@@ -39,6 +39,7 @@ from embodied.text_env import Message, Syntax, TextEnv, Turn, parse
 # how to write a guess, in each setting's words (the system prompt and the message after an unreadable reply)
 SYNTAX = {"tags": "in answer tags, for example <answer>{example}</answer>",
           "plain": "on a line 'Answer: <number>', for example 'Answer: {example}'"}
+EXAMPLE = {"tags": "<answer>{guess}</answer>", "plain": "Answer: {guess}"}  # a reply in the worked example
 NO_GUESS = "I found no guess. Reply with a whole number {how}."
 
 
@@ -52,6 +53,9 @@ class GuessNumberConfig:
     invalid_reward: float = -0.1  # reward for an unreadable, out-of-range or repeated guess
     # "tags": <answer>N</answer>; "plain" also reads "Answer: N" / "Guess ...: N" lines (embodied/text_env.py parse)
     syntax: Syntax = "tags"
+    # a won game played before the real one (binary search, in the reply syntax, with the env's own feedback), as
+    # lm_calculator's worked example: it shows the small model the syntax and the use of the feedback
+    worked_example: bool = False
 
     def __post_init__(self):
         check(self.min_number < self.max_number, f"need min_number < max_number, got {self.min_number}, "
@@ -111,7 +115,25 @@ class GuessNumberEnv(TextEnv):
             f"{SYNTAX[cfg.syntax].format(example=self.example)}. After each wrong guess I say whether the number is "
             "higher or lower."
         )
-        return [{"role": "system", "content": system}, {"role": "user", "content": "Make your first guess."}]
+        first = self._example() if cfg.worked_example else [{"role": "user", "content": "Make your first guess."}]
+        return [{"role": "system", "content": system}, *first]
+
+    def _example(self) -> list[Message]:
+        """A game won by binary search (the secret two thirds up the range), then the real game's first prompt."""
+        cfg = self.config
+        secret = cfg.min_number + 2 * (cfg.max_number - cfg.min_number) // 3
+        low, high, messages = cfg.min_number, cfg.max_number, [{"role": "user", "content": "Make your first guess."}]
+        for replies in range(1, cfg.max_turns + 1):
+            guess = (low + high) // 2
+            messages.append({"role": "assistant", "content": EXAMPLE[cfg.syntax].format(guess=guess)})
+            if guess == secret:
+                break
+            hint = "higher" if secret > guess else "lower"
+            low, high = (guess + 1, high) if hint == "higher" else (low, guess - 1)
+            messages.append({"role": "user", "content": feedback(guess, hint, cfg.max_turns - replies)})
+        won = (f"{secret} is right: you won. New game: I have picked a new whole number from {cfg.min_number} to "
+               f"{cfg.max_number}, and you have {cfg.max_turns} guesses again. Make your first guess.")
+        return messages + [{"role": "user", "content": won}]
 
     def _respond(self, episode: Episode, reply: str) -> Turn:
         cfg, game = self.config, episode.game
@@ -135,5 +157,10 @@ class GuessNumberEnv(TextEnv):
             message = f"{number} {why}: that guess does not count.{left}"
             return Turn([{"role": "user", "content": message}], reward=cfg.invalid_reward, invalid=True)
         last, hint = game.state.game_state["guess_history"][-1]
-        too = "low" if hint == "higher" else "high"
-        return Turn([{"role": "user", "content": f"{last} is too {too}: the number is {hint}.{left}"}])
+        return Turn([{"role": "user", "content": feedback(last, hint, cfg.max_turns - episode.replies)}])
+
+
+def feedback(guess: int, hint: str, left: int) -> str:
+    """The message after a legal wrong guess; `hint` is textarena's "higher" or "lower"."""
+    too = "low" if hint == "higher" else "high"
+    return f"{guess} is too {too}: the number is {hint}. {left} guesses left."

@@ -198,6 +198,26 @@ def binary_search(env, steps=20):
     raise AssertionError("binary search did not finish")
 
 
+@pytest.mark.parametrize("syntax", ["tags", "plain"])
+def test_guess_worked_example_is_a_game_won_with_the_envs_own_feedback(syntax):
+    """The one-shot example: binary search to a known number, each reply readable by the env's parser, each
+    feedback line the one the env itself gives for that guess, then the real game's first prompt."""
+    env = guesser(max_number=10, max_turns=5, syntax=syntax, worked_example=True)
+    opening = env.reset(TRAIN[:1])[0]
+    example = opening[1:]
+    guesses = [int(parse(m["content"], ("answer",), syntax).argument) for m in example if m["role"] == "assistant"]
+    assert guesses == [5, 8, 6, 7] and example[-1]["content"].endswith("Make your first guess.")
+    player = guesser(max_number=10, max_turns=5, syntax=syntax)
+    secret = 7
+    seed = next(s for s in TRAIN if player.secret(s) == secret)  # a game hiding the example's number
+    player.reset([seed])
+    feedback = [m["content"] for m in example[1:-1] if m["role"] == "user"]
+    for guess, said in zip(guesses, feedback):
+        messages, *_ = player.step([f"<answer>{guess}</answer>" if syntax == "tags" else f"Answer: {guess}"])
+        assert messages[0][0]["content"] == said
+    assert opening[0] == guesser(max_number=10, max_turns=5, syntax=syntax).reset(TRAIN[:1])[0][0]  # same rules
+
+
 def test_guess_oracle_always_wins_within_search_turns():
     env = guesser(max_number=50, max_turns=6)
     assert env.config.search_turns == 6
