@@ -17,6 +17,8 @@
     embodied data export <store> <out dir> [--fps N] [--task TEXT]   # to a LeRobotDataset v3
     embodied data import <LeRobot dir> <store>                  # from a LeRobotDataset v3
     embodied list                                               # registered envs, policies, algorithms
+    embodied train -m seed=0,1,2 algo.lr=1e-4,3e-4 hydra/launcher=ray   # a sweep's runs in parallel on Ray
+    embodied sweep <multirun dir> [--metric NAME ...] [--out PNG]   # per setting: mean and 95% interval over seeds
 """
 
 from __future__ import annotations
@@ -142,9 +144,11 @@ def _gymnasium_id(argv: list[str]) -> str | None:
 def train(argv: list[str]) -> int:
     import hydra
 
+    from embodied.runner.sweep import launcher_error
+
     argv = aliases(argv)
     register_configs(argv)
-    unknown = _unknown_key(argv) or _gymnasium_id(argv)
+    unknown = launcher_error(argv) or _unknown_key(argv) or _gymnasium_id(argv)  # launcher first: it quiets Hydra
     if unknown:
         print(f"error: {unknown}", file=sys.stderr)
         return 1
@@ -512,11 +516,18 @@ def list_cmd() -> int:
     return 0
 
 
+def sweep_cmd(argv: list[str]) -> int:
+    """A sweep's settings side by side across seeds (embodied/runner/sweep.py)."""
+    from embodied.runner.sweep import main as sweep_main
+
+    return sweep_main(argv)
+
+
 def main() -> None:
     argv = sys.argv[1:]
     commands = {"train": train, "eval": evaluate_cmd, "deploy": deploy_cmd, "correct": correct_cmd,
                 "classifier": classifier_cmd, "keys": keys_cmd, "data": data_cmd, "record": record_cmd,
-                "list": lambda _argv: list_cmd()}
+                "list": lambda _argv: list_cmd(), "sweep": sweep_cmd}
     if not argv or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr)
         sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)

@@ -28,6 +28,7 @@ def register_configs(overrides: list[str] = ()) -> None:
     from omegaconf import OmegaConf
 
     from embodied import registry
+    from embodied.distributed.config import ClusterConfig
     from embodied.runner.trainer import TrainConfig
 
     store = ConfigStore.instance()
@@ -36,6 +37,9 @@ def register_configs(overrides: list[str] = ()) -> None:
         for name in registry.names(kind) + paths:
             store.store(group=kind, name=name, node=_node(kind, name))
     store.store(name="train_defaults", node={"train": dataclasses.asdict(TrainConfig())})
+    # where the workers run (embodied/distributed/config.py): one process, or Ray actors
+    store.store(group="cluster", name="local", node={"name": "local"})
+    store.store(group="cluster", name="ray", node={"name": "ray", **dataclasses.asdict(ClusterConfig())})
     if not OmegaConf.has_resolver("run_dir"):
         OmegaConf.register_new_resolver("run_dir", lambda resume, default: resume or default)
     if not OmegaConf.has_resolver("run_name"):  # the run directory's name, per job of a sweep too

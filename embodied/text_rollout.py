@@ -109,7 +109,7 @@ def collect_text(env: TextEnv, policy, seeds: Sequence[int]) -> TensorDict:
         keys.ACTION: tokens, keys.MASK: mask, keys.LOG_PROB: log_prob, keys.REWARD: out["reward"],
         keys.SUCCESS: out["success"], keys.TRUNCATED: out["truncated"], "turns": out["turns"], keys.GROUP: group,
         keys.EXTRAS: TensorDict({"score": mask}, batch_size=[n]),  # the learner scores the model's tokens only
-        "policy_version": torch.full((n,), int(getattr(policy, "version", 0))),  # the weights that sampled it
+        keys.POLICY_VERSION: torch.full((n,), int(getattr(policy, "version", 0))),  # the weights that sampled it
     }, batch_size=[n])
 
 

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ENV_DIR=${LEROBOT_ENV:-.lerobot-env}
 VERSION=0.6.1
-stamp="$ENV_DIR/.installed-lerobot-$VERSION"
+stamp="$ENV_DIR/.installed-lerobot-$VERSION-vla"
 # hypothesis: the property-based test on LeRobot's real classes (tests/real_robot/lerobot_arms_side.py); its own
 # stamp, so that an environment built without it is topped up (seconds) rather than rebuilt
 add_hypothesis() {
@@ -34,7 +34,9 @@ fi
 rm -rf "$ENV_DIR"
 "$PY" -m venv "$ENV_DIR"
 "$ENV_DIR/bin/python" -m pip install -q --upgrade pip
-"$ENV_DIR/bin/python" -m pip install -q "lerobot[dataset]==$VERSION" "numpy<2.3"
+# smolvla, pi: LeRobot's VLA classes (policies/vla/lerobot_policy.py; transformers comes with them); tensordict:
+# our Policy contract's batches, for the wrapper's tests (tests/policies/lerobot_vla_side.py)
+"$ENV_DIR/bin/python" -m pip install -q "lerobot[dataset,smolvla,pi]==$VERSION" "numpy<2.3" "tensordict>=0.15,<0.16"
 "$ENV_DIR/bin/python" -c "import lerobot, lerobot.datasets.lerobot_dataset; print('lerobot', lerobot.__version__)"
 touch "$stamp"
 add_hypothesis

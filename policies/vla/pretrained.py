@@ -4,7 +4,7 @@
     policy = load_pretrained(path)                   # the same policy back, outputs equal
     policy = load_pretrained(lm_dir, config, observation_spec, action_spec)
                                                      # any transformers causal-LM directory as the backbone
-    policy = load_lerobot(path)                      # SmolVLA / pi0 through LeRobot, where it is installed
+    policy = load_lerobot(path, "smolvla")           # SmolVLA / pi0 through LeRobot (act, bc_loss), where installed
 
 An OpenVLA-style directory is a transformers model directory plus the action
 tokenizer's settings, as OpenVLA's Hub checkpoints hold `config.json` and
@@ -42,6 +42,7 @@ from embodied.registry import MissingExtraError
 from embodied.specs import Spec
 from policies.vla.backbone import TransformersPatches, transformers
 from policies.lm.load import load_lm
+from policies.vla.lerobot_policy import LeRobotPolicy
 from policies.vla.policy import RANDOM_BACKBONES, VLAConfig, VLAPolicy
 
 FORMAT = "embodied-vla/1"
@@ -121,23 +122,48 @@ def load_pretrained(path: str | Path, config: VLAConfig | None = None,
     return policy.to(device)
 
 
-def load_lerobot(path: str | Path, kind: str = "smolvla"):
-    """LeRobot's own SmolVLA / pi0 policy class loaded from `path` (LeRobot's from_pretrained).
+def load_lerobot(path: str | Path, kind: str = "smolvla", observation_spec: dict[str, Spec] | None = None,
+                 action_spec: Spec | None = None, device: str | torch.device = "cpu"):
+    """LeRobot's SmolVLA / pi0 from a local LeRobot checkpoint directory, behind our Policy contract
+    (policies/vla/lerobot_policy.py: act and bc_loss; no log-probs).
 
-    LeRobot needs its own environment here (Python 3.12 or torchvision beside a
-    different torch; ENVIRONMENT.md), so this raises a MissingExtraError where it
-    is not importable."""
+    The directory is what LeRobot's save_pretrained writes for the policy (config.json, model.safetensors)
+    and for its processors (policy_preprocessor.json, policy_postprocessor.json and their statistics),
+    as a `lerobot-train` checkpoint's pretrained_model/ holds them. Given the specs, a feature the
+    checkpoint reads and the env lacks (or a camera it does not read) is an error here, not at the first
+    step. LeRobot needs its own environment here (Python 3.12, or torchvision beside a different torch;
+    ENVIRONMENT.md), so this raises a MissingExtraError where it is not importable."""
     modules = {"smolvla": ("lerobot.policies.smolvla.modeling_smolvla", "SmolVLAPolicy"),
                "pi0": ("lerobot.policies.pi0.modeling_pi0", "PI0Policy")}
     if kind not in modules:
         raise ValueError(f"kind={kind!r}; valid choices: {', '.join(modules)}")
-    if not Path(path).is_dir():  # a local checkpoint only: nothing loads from a hub at run time
+    path = Path(path)
+    if not path.is_dir():  # a local checkpoint only: nothing loads from a hub at run time
         raise FileNotFoundError(f"no LeRobot {kind} checkpoint at {path} (a directory from save_pretrained)")
+    wanted = ["config.json", "model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json"]
+    absent = [name for name in wanted if not (path / name).exists()]
+    if absent:
+        raise FileNotFoundError(f"{path} lacks {absent}: a LeRobot {kind} checkpoint holds the policy's and its "
+                                "processors' save_pretrained output (LeRobot >= 0.4)")
+    saved = json.loads((path / "config.json").read_text()).get("type")
+    if saved != kind:
+        raise ValueError(f"{path} holds a LeRobot {saved!r} policy, not {kind!r}")
     import importlib
 
     try:
         module = importlib.import_module(modules[kind][0])
-    except ImportError as err:  # lerobot absent, or present but broken (torchvision beside the CPU torch)
-        raise MissingExtraError(f"loading a LeRobot {kind} checkpoint needs lerobot ({err}); it runs in its own "
-                                "environment: see ENVIRONMENT.md, 'LeRobot and data'") from err
-    return getattr(module, modules[kind][1]).from_pretrained(str(path))
+        from lerobot.configs import PreTrainedConfig
+        from lerobot.policies.factory import make_pre_post_processors
+
+        config = PreTrainedConfig.from_pretrained(str(path))
+        config.device = str(device)
+        model = getattr(module, modules[kind][1]).from_pretrained(str(path), config=config)
+    except ImportError as err:  # lerobot (or its transformers extra) absent, or broken beside the CPU torch
+        raise MissingExtraError(f"loading a LeRobot {kind} checkpoint needs lerobot[{kind}] ({err}); it runs in "
+                                "its own environment: see ENVIRONMENT.md, 'LeRobot and data'") from err
+    preprocessor, postprocessor = make_pre_post_processors(
+        config, pretrained_path=str(path), preprocessor_overrides={"device_processor": {"device": str(device)}})
+    policy = LeRobotPolicy(model, preprocessor, postprocessor, kind, action_spec)
+    if observation_spec is not None:
+        policy.check_observation_spec(observation_spec)
+    return policy

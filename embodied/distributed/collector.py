@@ -1,0 +1,311 @@
+"""`RayCollector`: the Trainer's collector (the verbs of embodied/rollout.py Collector) over Ray actors.
+
+    collector = RayCollector(config, cluster, policy, Collector, num_envs=4096)   # Trainer builds it (cluster=ray)
+    batch = collector.collect()      # the same batch the single-process collector gives, + policy_version
+
+Placement (`cluster.placement`, embodied/distributed/config.py):
+    colocated      env_workers x CollectorWorker: each runs the single-process collector on its shard of the envs
+    disaggregated  env_workers x EnvWorker + rollout_workers x RolloutWorker, stepped in lock-step by one
+                   single-process Collector over them (ShardedEnv, RemotePolicy)
+    pipelined      as disaggregated, but one Collector per env worker, each in its own thread: while one env
+                   worker steps its physics, a rollout worker computes the next actions of another
+
+Staleness: a collection carries the version of the weights it ran with (the learner's update count when it was
+launched). With `cluster.max_staleness = s > 0` up to `s` collections run ahead while the learner updates, so a
+batch is at most `s` updates old; PPO then corrects for the behaviour policy (embodied/algorithms/ppo.py). With
+s = 0 the learner's random state travels with the collection and comes back, so a run with one env worker
+reproduces the single-process run exactly (tests/runner/test_distributed.py).
+
+Faults: a worker that dies or raises is restarted by Ray (`max_restarts=-1` at Ray's level); the collection it
+was part of is dropped whole, every worker resets its envs (fresh episodes) and gets the learner's current
+weights, and the collection runs again, up to `cluster.max_restarts` times.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+from tensordict import TensorDict
+
+from embodied import keys
+from embodied.config import ConfigError, check
+from embodied.distributed.config import ClusterConfig
+from embodied.distributed.workers import CollectorWorker, EnvWorker, RolloutWorker, weights
+from embodied.policy import ActOutput
+from embodied.registry import MissingExtraError
+from embodied.rollout import Collector
+
+SEED_STRIDE = 1_000_003  # worker i's envs reset from seed + i * stride, a restart's from further on
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError as err:
+        raise MissingExtraError("cluster=ray needs Ray: pip install -e '.[ray]' (scripts/setup.sh installs it)") from err
+    return ray
+
+
+def rng_state(seed: int) -> torch.Tensor:
+    """A CPU generator state (torch.get_rng_state's layout) seeded with `seed`."""
+    return torch.Generator().manual_seed(seed % 2**63).get_state()
+
+
+def join(parts: list, sizes: list[int]):
+    """Env outputs of several workers as one batch: tensors and TensorDicts with a leading env dim are
+    concatenated, dicts joined key by key, anything else taken from the first worker."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    if isinstance(first, dict):
+        return {k: join([p[k] for p in parts], sizes) for k in first}
+    if isinstance(first, (torch.Tensor, TensorDict)) and first.dim() and first.shape[0] == sizes[0]:
+        return torch.cat(parts, 0)
+    return first
+
+
+class ShardedEnv:
+    """Env workers as one VecEnv for the single-process Collector: actions split by shard, outputs joined."""
+
+    def __init__(self, workers: list, specs: list[dict]):
+        ray = import_ray()
+        self._get = ray.get
+        self.workers, self.sizes = workers, [s["num_envs"] for s in specs]
+        self.num_envs, self.device = sum(self.sizes), torch.device(specs[0]["device"])
+        self.observation_spec, self.action_spec = specs[0]["observation_spec"], specs[0]["action_spec"]
+        self.metadata = specs[0]["metadata"]
+
+    def reset(self, seed: int | None = None):
+        seeds = [None if seed is None else seed + i * SEED_STRIDE for i in range(len(self.workers))]
+        outs = self._get([w.reset.remote(s) for w, s in zip(self.workers, seeds)])
+        return tuple(join([o[j] for o in outs], self.sizes) for j in range(2))
+
+    def step(self, action: torch.Tensor):
+        outs = self._get([w.step.remote(a) for w, a in zip(self.workers, action.split(self.sizes))])
+        return tuple(join([o[j] for o in outs], self.sizes) for j in range(5))
+
+
+class RemotePolicy:
+    """A rollout worker as the single-process Collector's policy, drawing from its own random `stream`."""
+
+    def __init__(self, worker, stream: int):
+        self._get = import_ray().get
+        self.worker, self.stream = worker, stream
+
+    def act(self, obs: TensorDict, deterministic: bool = False) -> ActOutput:
+        check(not deterministic, "rollout workers sample; evaluation runs in the learner")
+        return ActOutput(*self._get(self.worker.act.remote(self.stream, obs)))
+
+    def value(self, obs: TensorDict) -> torch.Tensor:
+        return self._get(self.worker.value.remote(obs))
+
+
+class RayCollector:
+    def __init__(self, config: dict, cluster: ClusterConfig, policy: torch.nn.Module, kind: type, num_envs: int,
+                 rollout_steps: int):
+        ray = self.ray = import_ray()
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.cluster, self.policy, self.kind = cluster, policy, kind
+        self.workers: list = []
+        self.pending: deque[Future] = deque()
+        self.jobs = ThreadPoolExecutor(1)  # collections run one after another, ahead of the learner when async
+        n, k = num_envs, cluster.env_workers
+        check(n % k == 0, f"train.num_envs={n} must be a multiple of cluster.env_workers={k}")
+        if cluster.placement != "colocated" and kind is not Collector:
+            raise ConfigError(f"cluster.placement={cluster.placement} steps envs and the policy apart, which "
+                              f"PPO's env-step rollouts do; {kind.__name__} (GRPO groups, language episodes) runs "
+                              "cluster.placement=colocated")
+        split = cluster.placement != "colocated"
+        bundles = [{"CPU": cluster.env_cpus, "GPU": cluster.env_gpus}] * k
+        bundles += [{"CPU": cluster.rollout_cpus, "GPU": cluster.rollout_gpus}] * (cluster.rollout_workers if split else 0)
+        bundles = [{r: v for r, v in b.items() if v} or {"CPU": 0.001} for b in bundles]
+        self.started = not ray.is_initialized()
+        if self.started:
+            cpus = cluster.num_cpus or max(os.cpu_count() or 1, int(sum(b.get("CPU", 0) for b in bundles) + 0.999))
+            # address "local": a new instance even where another one runs on this machine
+            ray.init(address=cluster.address or "local", num_cpus=None if cluster.address else cpus,
+                     include_dashboard=False, logging_level="WARNING")
+        self.group = placement_group(bundles, strategy=cluster.strategy)
+        try:
+            ray.get(self.group.ready(), timeout=cluster.placement_timeout)
+        except ray.exceptions.GetTimeoutError as err:
+            self.close()
+            raise ConfigError(f"the Ray cluster did not offer the workers' resources {bundles} "
+                              f"(strategy {cluster.strategy}) within {cluster.placement_timeout:.0f} s; it has "
+                              f"{ray.cluster_resources()}: lower cluster.env_cpus / rollout_cpus / env_workers or "
+                              "add nodes") from err
+
+        def actor(cls, index: int, *args):
+            bundle = bundles[index]
+            return ray.remote(cls).options(
+                num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0), max_restarts=-1,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index),
+            ).remote(*args)
+
+        if split:
+            self.env_workers = [actor(EnvWorker, i, config, n // k) for i in range(k)]
+            specs = ray.get([w.spec.remote() for w in self.env_workers])
+            self.rollout_workers = [actor(RolloutWorker, k + j, config, specs[0]) for j in range(cluster.rollout_workers)]
+            groups = [list(range(k))] if cluster.placement == "disaggregated" else [[i] for i in range(k)]
+            self.groups = [Collector(ShardedEnv([self.env_workers[i] for i in g], [specs[i] for i in g]),
+                                     RemotePolicy(self.rollout_workers[s % len(self.rollout_workers)], s), rollout_steps)
+                           for s, g in enumerate(groups)]
+            self.workers = self.env_workers + self.rollout_workers
+            self.threads = ThreadPoolExecutor(len(self.groups)) if len(self.groups) > 1 else None
+        else:
+            self.workers = [actor(CollectorWorker, i, config, n // k) for i in range(k)]
+        self.seed, self.launched, self.returned, self.failures = 0, 0, 0, 0
+        self.fresh = True  # the next collection resets every worker's envs and sends whole weights
+        self._stats: list[dict] = []
+        self._staleness: list[int] = []
+
+    # --- the collector verbs (embodied/rollout.py) --------------------------------------------------
+    def reset(self, seed: int | None = None) -> None:
+        self.seed, self.fresh = int(seed or 0), True
+
+    def collect(self) -> TensorDict:
+        if not self.pending:
+            self._launch()
+        job = self.pending.popleft()
+        while len(self.pending) < self.cluster.max_staleness:  # the next collections run while the learner updates
+            self._launch()
+        batch, stats, rng, version = job.result()
+        if rng is not None:  # synchronous: the learner's random stream continues where the collection left it
+            torch.set_rng_state(rng)
+        staleness = self.returned - version
+        check(staleness <= self.cluster.max_staleness,
+              f"a collection {staleness} updates old reached the learner (cluster.max_staleness={self.cluster.max_staleness})")
+        self.returned += 1
+        self._stats += stats
+        self._staleness.append(staleness)
+        batch[keys.POLICY_VERSION] = torch.full(batch.batch_size, version, dtype=torch.long)
+        batch[keys.STALENESS] = torch.full(batch.batch_size, staleness, dtype=torch.long)
+        return batch.to(next(self.policy.parameters()).device)
+
+    def count(self, batch: TensorDict) -> int:
+        return self.kind.count(self, batch)  # each collector's count reads the batch alone
+
+    def pop_episode_stats(self) -> dict[str, float]:
+        stats, self._stats = [s for s in self._stats if s], []
+        out: dict[str, float] = {}
+        if stats:
+            total = sum(s["episodes"] for s in stats)
+            out = {k: sum(s[k] * s["episodes"] for s in stats) / total for k in stats[0] if k != "episodes"}
+            out["episodes"] = total
+        if self._staleness:
+            out["policy_staleness"] = max(self._staleness)
+            self._staleness.clear()
+        return out
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The collections made: a resumed run's workers start fresh episodes (their envs live in other processes)."""
+        return {"collections": torch.tensor(self.returned)}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.returned = self.launched = int(state.get("collections", 0))
+        self.fresh = True
+
+    def close(self) -> None:
+        """Waits for collections in flight, ends the workers, and Ray itself where this run started it."""
+        for job in self.pending:
+            job.exception()
+        self.pending.clear()
+        self.jobs.shutdown()
+        for w in self.workers:
+            self.ray.kill(w)
+        self.workers = []
+        if hasattr(self, "group"):
+            self.ray.util.remove_placement_group(self.group)
+        if self.started and self.ray.is_initialized():
+            self.ray.shutdown()
+
+    # --- one collection ----------------------------------------------------------------------------
+    def _launch(self) -> None:
+        """Starts the next collection with the learner's weights as they are now."""
+        sync = self.cluster.max_staleness == 0
+        rng = torch.get_rng_state() if sync else rng_state(self.seed * SEED_STRIDE + self.launched)
+        state = self.ray.put(weights(self.policy, full=self.fresh))
+        job = self.jobs.submit(self._run, state, rng, self.returned, self.fresh, self.launched, sync)
+        self.fresh = False
+        self.launched += 1
+        self.pending.append(job)
+
+    def _run(self, state, rng: torch.Tensor, version: int, fresh: bool, index: int, sync: bool):
+        for attempt in range(self.cluster.max_restarts + 1):
+            try:
+                batch, stats, rng_out = self._collect(state, rng, fresh)
+                return batch, stats, rng_out if sync else None, version
+            except self._failures() as err:
+                if attempt == self.cluster.max_restarts:
+                    raise RuntimeError(f"collection {index} failed {attempt + 1} times (cluster.max_restarts="
+                                       f"{self.cluster.max_restarts}); the last error: {err}") from err
+                self.failures += 1
+                print(f"a worker failed during collection {index} ({type(err).__name__}); restarting the workers "
+                      f"and collecting again with fresh episodes (restart {self.failures})", flush=True)
+                self._restart()
+                state, fresh = self.ray.put(weights(self.policy, full=True)), True
+
+    def _collect(self, state, rng: torch.Tensor, fresh: bool):
+        """One rollout from every worker: (batch, episode stats per collector, the first stream's random state)."""
+        seeds = [self.seed + (i + self.failures * len(self.workers)) * SEED_STRIDE for i in range(len(self.workers))]
+        streams = [rng] + [rng_state(s) for s in seeds[1:]]  # stream 0: the learner's (synchronous) state
+        if not hasattr(self, "groups"):  # colocated
+            outs = self.ray.get([w.collect.remote(state, streams[i], seeds[i] if fresh else None)
+                                 for i, w in enumerate(self.workers)])
+            dim = 1 if self.kind is Collector else 0  # [T, N] env steps, or [B] episodes
+            return cat([o[0] for o in outs], dim), [o[1] for o in outs], outs[0][2]
+        self.ray.get([w.load.remote(state) for w in self.rollout_workers]
+                     + [g.policy.worker.seed.remote(g.policy.stream, streams[s]) for s, g in enumerate(self.groups)])
+        if fresh:
+            for s, group in enumerate(self.groups):
+                group.reset(seed=seeds[s])
+        batches = list(self.threads.map(Collector.collect, self.groups)) if self.threads else [self.groups[0].collect()]
+        first = self.groups[0].policy
+        rng_out = self.ray.get(first.worker.rng.remote(first.stream))
+        return cat(batches, 1), [g.pop_episode_stats() for g in self.groups], rng_out
+
+    def _failures(self) -> tuple[type, ...]:
+        """A worker's failure as Ray reports it: died, restarting, or raised in its method."""
+        errors = self.ray.exceptions
+        return errors.RayActorError, errors.ActorUnavailableError, errors.RayTaskError
+
+    def _restart(self) -> None:
+        """Every worker restarted (a dead one by Ray already; one that raised is killed so Ray restarts it) and
+        answering again."""
+        for w in self.workers:
+            try:
+                self.ray.get(w.where.remote())
+            except self._failures():
+                pass  # dead or restarting: Ray restarts it
+            self.ray.kill(w, no_restart=False)
+        # retried by Ray until each restarted worker answers (its __init__ has run)
+        self.ray.get([w.where.options(max_task_retries=-1).remote() for w in self.workers])
+
+
+def cat(batches: list[TensorDict], dim: int) -> TensorDict:
+    """Workers' batches as one: env steps [T, N] side by side, or episodes [B] one after another, their token
+    axes right-padded with zeros to the longest (attention and masks False there) and their GRPO groups kept
+    apart."""
+    if len(batches) == 1:
+        return batches[0]
+    if dim == 0:
+        length = max(x.shape[1] for b in batches for x in b.values(True, True) if x.dim() > 1)
+        batches = [b.apply(lambda x: pad(x, length)) for b in batches]
+        offset = 0
+        for b in batches:
+            if keys.GROUP in b.keys():
+                b[keys.GROUP] = b[keys.GROUP] + offset
+                offset = int(b[keys.GROUP].max()) + 1
+    return torch.cat(batches, dim)
+
+
+def pad(x: torch.Tensor, length: int) -> torch.Tensor:
+    """[B, L, ...] right-padded with zeros to `length` along L; [B] as it is."""
+    if x.dim() < 2 or x.shape[1] == length:
+        return x
+    return torch.cat([x, x.new_zeros(x.shape[0], length - x.shape[1], *x.shape[2:])], 1)

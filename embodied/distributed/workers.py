@@ -1,0 +1,146 @@
+"""The workers `cluster=ray` places as Ray actors: plain classes, built from the run config in their own process.
+
+    CollectorWorker   colocated: a shard of the envs, a copy of the policy and the single-process collector
+                      (Collector, GroupCollector or TextCollector: embodied/runner/trainer.py make_collector)
+    EnvWorker         disaggregated / pipelined: a shard of the envs; reset and step
+    RolloutWorker     disaggregated / pipelined: a copy of the policy; act and value, one random stream per caller
+
+Weights travel as `weights(policy)` dicts through Ray's object store (one `ray.put` per update, read by every
+worker); each worker's copy loads them with `load_weights`. Random numbers: the learner hands each collection a
+generator state (`torch.get_rng_state()` layout) and takes the final one back, so a synchronous run with one
+worker draws exactly the single-process run's numbers.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import torch
+
+from embodied.build import make_algo, make_env, make_policy
+from embodied.device import resolve_device
+
+
+def weights(policy: torch.nn.Module, full: bool = False) -> dict[str, torch.Tensor]:
+    """What a copy needs to act as `policy` does now: its trainable parameters and its buffers (observation
+    normalizers), or its whole state (`full`: a worker's first sync, when frozen weights came from init_from)."""
+    if full:
+        return {k: v.detach().clone() for k, v in policy.state_dict().items()}
+    out = {name: p.detach().clone() for name, p in policy.named_parameters() if p.requires_grad}
+    out.update({name: b.detach().clone() for name, b in policy.named_buffers()})
+    return out
+
+
+@torch.no_grad()
+def load_weights(policy: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Copy `weights(...)` into a copy of the same policy; a name it lacks is an error, not a silent skip."""
+    own = policy.state_dict(keep_vars=True)
+    missing = sorted(set(state) - set(own))
+    if missing:
+        raise KeyError(f"the worker's policy has no {missing[:3]}: it was built from another config")
+    for name, value in state.items():
+        own[name].copy_(value)
+
+
+def _setup(config: dict) -> torch.device:
+    torch.set_num_threads(int(config["threads"]))
+    torch.manual_seed(config["seed"])  # the same construction order as the learner's (Trainer.__init__)
+    return resolve_device(config["device"])
+
+
+class CollectorWorker:
+    """colocated: `num_envs` envs, a policy copy and the collector the single-process Trainer would use."""
+
+    def __init__(self, config: dict, num_envs: int):
+        from embodied.runner.trainer import TrainConfig, make_collector  # the one place collectors are chosen
+
+        self.env = make_env(config, num_envs, _setup(config))
+        self.policy = make_policy(config, self.env)
+        algo = make_algo(config["algo"], self.policy)  # only for its kind of rollouts (group size)
+        self.collector = make_collector(self.env, self.policy, algo, TrainConfig(num_envs=num_envs,
+                                        rollout_steps=int(config["train"]["rollout_steps"])))
+
+    def collect(self, state: dict, rng: torch.Tensor, reset_seed: int | None):
+        """One rollout with the given weights and random state: (batch, episode stats, final random state)."""
+        load_weights(self.policy, state)
+        if reset_seed is not None:
+            self.collector.reset(seed=reset_seed)
+        torch.set_rng_state(rng)
+        batch = self.collector.collect()
+        return batch, self.collector.pop_episode_stats(), torch.get_rng_state()
+
+    def where(self) -> dict:
+        return where()
+
+    def crash(self) -> None:
+        """Ends this worker's process at once, as a killed process would (fault tests)."""
+        os._exit(1)
+
+
+class EnvWorker:
+    """disaggregated / pipelined: `num_envs` envs of the run's config."""
+
+    def __init__(self, config: dict, num_envs: int):
+        self.env = make_env(config, num_envs, _setup(config))
+
+    def spec(self) -> dict:
+        env = self.env
+        return {"num_envs": env.num_envs, "device": str(env.device), "observation_spec": env.observation_spec,
+                "action_spec": env.action_spec, "metadata": dict(env.metadata)}
+
+    def reset(self, seed: int | None):
+        return self.env.reset(seed=seed)
+
+    def step(self, action: torch.Tensor):
+        return self.env.step(action)
+
+    def where(self) -> dict:
+        return where()
+
+    def crash(self) -> None:
+        os._exit(1)
+
+
+class RolloutWorker:
+    """disaggregated / pipelined: the policy's act() for env workers; each caller (`stream`) has its own random
+    stream, so the order in which pipelined callers arrive changes no number."""
+
+    def __init__(self, config: dict, spec: dict):
+        _setup(config)
+        env = SimpleNamespace(**{**spec, "device": torch.device(spec["device"])})
+        self.policy = make_policy(config, env)
+        self.streams: dict[int, torch.Tensor] = {}
+
+    def load(self, state: dict) -> None:
+        load_weights(self.policy, state)
+
+    def seed(self, stream: int, rng: torch.Tensor) -> None:
+        self.streams[stream] = rng
+
+    def rng(self, stream: int) -> torch.Tensor:
+        return self.streams[stream]
+
+    @torch.no_grad()
+    def act(self, stream: int, obs):
+        torch.set_rng_state(self.streams[stream])
+        out = tuple(self.policy.act(obs))
+        self.streams[stream] = torch.get_rng_state()
+        return out
+
+    @torch.no_grad()
+    def value(self, obs) -> torch.Tensor:
+        return self.policy.value(obs)
+
+    def where(self) -> dict:
+        return where()
+
+    def crash(self) -> None:
+        os._exit(1)
+
+
+def where() -> dict:
+    """The node and process a worker runs in (placement tests, the README's cluster check)."""
+    import ray
+
+    return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}

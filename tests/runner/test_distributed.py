@@ -1,0 +1,145 @@
+"""cluster=ray: collection on Ray actors (embodied/distributed) against the single-process loop.
+
+One local Ray instance (2 CPUs) serves the module; the 2-node test starts its own simulated cluster."""
+
+import json
+import os
+import signal
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray", reason="cluster=ray needs the ray extra")
+
+from embodied import keys  # noqa: E402
+from embodied.cli import compose  # noqa: E402
+from embodied.config import ConfigError  # noqa: E402
+from embodied.runner.trainer import Trainer  # noqa: E402
+from sims.arm_reach.env import ArmReachConfig, ArmReachEnv  # noqa: E402
+
+SMALL = ["experiment=arm_reach", "train.num_envs=16", "train.rollout_steps=8", "train.total_env_steps=512",
+         "train.checkpoint_every=100", "train.eval_episodes=0", "train.progress=false"]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield
+    ray.shutdown()
+
+
+def curve(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["iteration"], r.get("train/return"), r["algo/loss"]) for r in rows if "algo/loss" in r]
+
+
+def state(trainer):
+    return {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+
+
+@pytest.mark.parametrize("placement", ["colocated", pytest.param("disaggregated", marks=pytest.mark.slow)])
+def test_synchronous_run_with_one_worker_reproduces_the_single_process_curve(tmp_path, local_ray, placement):
+    plain = Trainer(compose(SMALL), tmp_path / "plain")
+    plain.learn()
+    ray_run = Trainer(compose(SMALL + ["cluster=ray", f"cluster.placement={placement}"]), tmp_path / "ray")
+    ray_run.learn()
+    assert curve(tmp_path / "plain") == curve(tmp_path / "ray") and len(curve(tmp_path / "ray")) == 4
+    for key, value in state(plain).items():
+        torch.testing.assert_close(ray_run.policy.state_dict()[key], value, rtol=0, atol=0, msg=key)
+
+
+@pytest.mark.slow  # ~90 s on a loaded 2-core machine: three runs of three workers
+def test_pipelined_workers_give_one_batch_with_versions_and_a_repeatable_run(tmp_path, local_ray):
+    # three workers on the 2-CPU instance: half a CPU each
+    over = SMALL + ["cluster=ray", "cluster.placement=pipelined", "cluster.env_workers=2", "cluster.env_cpus=0.5",
+                    "cluster.rollout_cpus=0.5"]
+    a = Trainer(compose(over), tmp_path / "a")
+    batch = a.collector.collect()
+    assert batch.batch_size == (8, 16) and (batch[keys.POLICY_VERSION] == 0).all()
+    assert (batch[keys.STALENESS] == 0).all()
+    a.collector.close()
+    for name in ("b", "c"):  # one after another: each run's workers hold 1.5 of the 2 CPUs
+        Trainer(compose(over), tmp_path / name).learn()
+    assert curve(tmp_path / "b") == curve(tmp_path / "c")
+
+
+def test_async_collection_is_at_most_max_staleness_old_and_ppo_corrects_it(tmp_path, local_ray):
+    trainer = Trainer(compose(SMALL + ["cluster=ray", "cluster.max_staleness=1", "train.total_env_steps=1024"]),
+                      tmp_path)
+    trainer.learn()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    staleness = [r["train/policy_staleness"] for r in rows if "train/policy_staleness" in r]
+    assert staleness == [0] + [1] * 7  # the first collection had no update before it; then one behind
+    assert all(torch.isfinite(torch.tensor(r["algo/loss"])) for r in rows if "algo/loss" in r)
+
+
+@pytest.mark.slow  # ~55 s: two rounds of worker restarts
+def test_a_killed_worker_is_restarted_and_the_collection_is_whole(tmp_path, local_ray, capsys):
+    trainer = Trainer(compose(SMALL + ["cluster=ray", "cluster.env_workers=2"]), tmp_path)
+    collector = trainer.collector
+    collector.reset(seed=0)
+    first = collector.collect()
+    pid = ray.get(collector.workers[0].where.remote())["pid"]
+    os.kill(pid, signal.SIGKILL)  # the process dies between collections: the next call finds it dead
+    second = collector.collect()
+    assert second.batch_size == first.batch_size and collector.failures == 1
+    assert torch.isfinite(second[keys.REWARD]).all() and (second[keys.POLICY_VERSION] == 1).all()
+    assert ray.get(collector.workers[0].where.remote())["pid"] != pid
+    collector.workers[1].crash.remote()  # a worker that exits by itself
+    assert collector.collect().batch_size == first.batch_size and collector.failures == 2
+    assert "restarting the workers" in capsys.readouterr().out
+    collector.close()
+
+
+def test_placement_that_the_cluster_cannot_offer_names_the_resources(tmp_path, local_ray):
+    over = SMALL + ["cluster=ray", "cluster.env_cpus=3", "cluster.placement_timeout=2"]
+    with pytest.raises(ConfigError, match="did not offer the workers' resources.*cluster.env_cpus"):
+        Trainer(compose(over), tmp_path)
+
+
+def test_language_episodes_collect_on_colocated_workers(tmp_path, local_ray):
+    pytest.importorskip("transformers")
+    from tests.runner.test_language_agent import TINY
+
+    over = TINY + ["train.num_envs=16", "train.eval_episodes=0", "cluster=ray", "cluster.env_workers=2"]
+    trainer = Trainer(compose(over), tmp_path)
+    batch = trainer.collector.collect()
+    assert batch.batch_size == (16,) and batch[keys.GROUP].unique().numel() == 2  # a group of 8 per worker
+    assert (batch[keys.POLICY_VERSION] == 0).all() and batch[keys.MASK].any(1).all()
+    trainer.algo.update(batch)
+    trainer.collector.close()
+
+
+def test_split_placements_refuse_group_rollouts(tmp_path, local_ray):
+    with pytest.raises(ConfigError, match="runs cluster.placement=colocated"):
+        Trainer(compose(SMALL + ["algo=grpo", "cluster=ray", "cluster.placement=pipelined"]), tmp_path)
+
+
+@dataclass(frozen=True)
+class FailingReachConfig(ArmReachConfig):
+    path: str = ""  # the env raises in its step when this file exists (deleting it first)
+
+
+class FailingReach(ArmReachEnv):
+    """arm_reach that raises once inside a worker, triggered from the test process by creating a file."""
+
+    Config = FailingReachConfig
+
+    def step(self, action):
+        if self.config.path and os.path.exists(self.config.path):
+            os.remove(self.config.path)
+            raise RuntimeError("simulated env failure")
+        return super().step(action)
+
+
+def test_a_worker_that_raises_is_restarted_and_training_goes_on(tmp_path, local_ray):
+    trigger = tmp_path / "fail"
+    over = SMALL + ["env=tests.runner.test_distributed:FailingReach", f"env.path={trigger}", "cluster=ray"]
+    trainer = Trainer(compose(over), tmp_path / "run")
+    trainer.collector.reset(seed=0)
+    trainer.collector.collect()
+    trigger.touch()
+    batch = trainer.collector.collect()
+    assert not trigger.exists() and trainer.collector.failures == 1 and batch.batch_size == (8, 16)
+    trainer.collector.close()
