@@ -31,6 +31,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.algorithms.advantages import group_relative_advantages, leave_one_out_advantages
+from embodied.algorithms.ppo import decoupled
 from embodied.algorithms.losses import AGG_MODES, NonFiniteLossError, Agg, KLKind, entropy_loss, grpo_loss, masked_mean
 from embodied.config import check
 from embodied.policy import Policy
@@ -55,6 +56,9 @@ class GRPOConfig:
     # group-relative (GRPO) or leave-one-out (RLOO: reward minus the mean of the group's others, Ahmadian et al.
     # 2024, "Back to Basics"); veRL's algorithm.adv_estimator grpo / rloo
     advantage: Literal["grpo", "rloo"] = "grpo"
+    # data collected with older weights (cluster.max_staleness > 0): the cap of the per-token weight
+    # proximal/behaviour (embodied/algorithms/ppo.py decoupled; Yao et al. 2025's truncated importance ratio, cap 2)
+    behaviour_cap: float = 2.0
 
     def __post_init__(self):
         check(self.lr > 0, f"algo.lr={self.lr} must be > 0")
@@ -99,6 +103,10 @@ class GRPO:
             advantage = leave_one_out_advantages(batch[keys.REWARD], batch[keys.GROUP])
         else:
             advantage = group_relative_advantages(batch[keys.REWARD], batch[keys.GROUP], cfg.eps, cfg.scale_by_std)
+        if keys.STALENESS in batch.keys():  # collected with older weights (cluster.max_staleness): decoupled
+            batch = batch.clone(False)
+            batch[keys.LOG_PROB], advantage = decoupled(self.policy, batch, advantage, batch[keys.STALENESS],
+                                                        cfg.behaviour_cap, cfg.minibatches)
         size = batch.batch_size[0]
         totals: dict[str, torch.Tensor] = {}
         steps = 0

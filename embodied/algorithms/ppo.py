@@ -71,6 +71,25 @@ class PPOConfig:
         check(self.behaviour_cap >= 1, f"algo.behaviour_cap={self.behaviour_cap} must be >= 1")
 
 
+@torch.no_grad()
+def decoupled(policy, data: TensorDict, advantage: torch.Tensor, staleness: torch.Tensor, cap: float,
+              chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(old log-probs, advantage) for the clipped surrogate on data collected with older weights than the
+    learner's (`staleness` > 0: an asynchronous collection, cluster.max_staleness): decoupled PPO (Hilton et al.
+    2022, "Batch size-invariance for policy optimization"; AReaL's asynchronous PPO). The ratio is clipped around
+    the current (proximal) policy, whose log-probs replace the stored ones, and the advantage is weighted by the
+    truncated ratio proximal/behaviour per scored step (as the weight is >= 0, w * min(r A, clip(r) A) =
+    min(r wA, clip(r) wA)); the advantage takes the log-probs' shape ([B] -> [B, T] for token sequences).
+    Fresh data is returned as it is: the plain update."""
+    behaviour = data[keys.LOG_PROB]
+    if not bool((staleness > 0).any()):
+        return behaviour, advantage
+    proximal = torch.cat([policy.evaluate(c[keys.OBS], c[keys.ACTION], c.get(keys.EXTRAS, None))[0]
+                          for c in data.split(max(1, len(data) // chunks))])
+    weight = truncated_importance_weight(behaviour, proximal, cap)
+    return proximal, advantage.reshape(*advantage.shape, *[1] * (weight.dim() - advantage.dim())) * weight
+
+
 class PPO:
     Config = PPOConfig
 
@@ -114,7 +133,9 @@ class PPO:
         flat[keys.ADVANTAGE] = advantage.reshape(-1)
         flat[keys.RETURN] = ret.reshape(-1)
         if keys.STALENESS in batch.keys():
-            self._decouple(flat, batch[keys.STALENESS].reshape(-1))
+            flat[keys.LOG_PROB], flat[keys.ADVANTAGE] = decoupled(
+                self.policy, flat, flat[keys.ADVANTAGE], batch[keys.STALENESS].reshape(-1), cfg.behaviour_cap,
+                cfg.minibatches)
         size = flat.batch_size[0]
         mb = size // cfg.minibatches
         totals: dict[str, torch.Tensor] = {}
@@ -145,7 +166,8 @@ class PPO:
         data = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.MASK, *optional)
         data[keys.VALUE], data[keys.ADVANTAGE], data[keys.RETURN] = value, advantage, ret
         if keys.STALENESS in batch.keys():
-            self._decouple(data, batch[keys.STALENESS])
+            data[keys.LOG_PROB], data[keys.ADVANTAGE] = decoupled(
+                self.policy, data, advantage, batch[keys.STALENESS], cfg.behaviour_cap, cfg.minibatches)
         totals: dict[str, torch.Tensor] = {}
         steps = 0
         for _ in range(cfg.epochs):
@@ -154,24 +176,6 @@ class PPO:
                     totals[k] = totals.get(k, 0.0) + v
                 steps += 1
         return self._finish(totals, steps)
-
-    @torch.no_grad()
-    def _decouple(self, data: TensorDict, staleness: torch.Tensor) -> None:
-        """Decoupled PPO for data collected with older weights than the learner's (`staleness` > 0: an
-        asynchronous collection, cluster.max_staleness; Hilton et al. 2022, "Batch size-invariance for policy optimization"; AReaL's asynchronous
-        PPO): the ratio is clipped around the current (proximal) policy, whose log-probs replace the stored ones,
-        and each sample's advantage is weighted by the truncated ratio proximal/behaviour (as the weight >= 0,
-        w * min(r A, clip(r) A) = min(r wA, clip(r) wA)). Fresh data is left as it is: the plain PPO update."""
-        if not bool((staleness > 0).any()):
-            return
-        chunks = data.split(max(1, len(data) // self.config.minibatches))
-        proximal = torch.cat([self.policy.evaluate(c[keys.OBS], c[keys.ACTION], c.get(keys.EXTRAS, None))[0]
-                              for c in chunks])
-        behaviour = data[keys.LOG_PROB]
-        extra = tuple(range(data[keys.ADVANTAGE].dim(), proximal.dim()))  # one decision scored as several steps
-        weight = truncated_importance_weight(behaviour.sum(extra), proximal.sum(extra), self.config.behaviour_cap)
-        data[keys.ADVANTAGE] = data[keys.ADVANTAGE] * weight
-        data[keys.LOG_PROB] = proximal
 
     def _finish(self, totals: dict[str, torch.Tensor], steps: int) -> dict[str, float]:
         out = {k: float(v) / steps for k, v in totals.items()}

@@ -119,6 +119,10 @@ class Pipeline:
             check(self.cfg.demos.episodes > 0 or bool(self.data),
                   "pipeline.bc / pipeline.offline / online.offline_fraction > 0 need demonstrations: "
                   "data=<episode store> or pipeline.demos.episodes > 0 (the scripted expert)")
+        cluster = (config.get("cluster") or {}).get("name", "local")
+        check(cluster == "local" or not needs(config["algo"]["name"], "needs_replay"),
+              f"cluster={cluster} runs the on-policy loop's collection on workers (PPO, GRPO); algo="
+              f"{config['algo']['name']} learns from a replay buffer in one process: drop cluster={cluster}")
         torch.set_num_threads(int(config["threads"]))
         torch.manual_seed(config["seed"])
         self.device = resolve_device(config["device"])

@@ -63,3 +63,29 @@ def test_critic_options_need_a_separate_critic():
         PPO(PPO.Config(critic_lr=1e-3), NoCritic())
     with pytest.raises(ConfigError, match="critic_warmup"):
         PPO.Config(critic_warmup=-1)
+
+
+def test_stale_data_is_clipped_around_the_current_policy_and_weighted_by_the_capped_ratio():
+    """Decoupled PPO (cluster.max_staleness > 0): fresh data passes unchanged; on stale data the old log-probs
+    become the current policy's and each advantage is weighted by min(pi_current / pi_behaviour, cap)."""
+    from embodied import keys
+    from embodied.algorithms.ppo import decoupled
+
+    policy, collector = rollout()
+    batch = collector.collect()
+    flat = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB).reshape(-1)
+    advantage = torch.randn(len(flat))
+    fresh = decoupled(policy, flat, advantage, torch.zeros(len(flat), dtype=torch.long), 2.0, 4)
+    assert fresh[0] is flat[keys.LOG_PROB] and fresh[1] is advantage
+    PPO(PPO.Config(lr=1e-2), policy).update(batch)  # the learner moves on: the batch is now one update old
+    old, weighted = decoupled(policy, flat, advantage, torch.ones(len(flat), dtype=torch.long), 2.0, 4)
+    current, _, _ = policy.evaluate(flat[keys.OBS], flat[keys.ACTION], None)
+    torch.testing.assert_close(old, current.detach())
+    weight = weighted / advantage
+    torch.testing.assert_close(weight, (current - flat[keys.LOG_PROB]).exp().clamp(max=2.0).detach())
+    assert (weight != 1).any() and (weight <= 2.0 + 1e-6).all()
+    # the update takes the stale batch and trains (finite metrics)
+    stale = batch.clone()
+    stale[keys.STALENESS] = torch.ones(batch.batch_size, dtype=torch.long)
+    metrics = PPO(PPO.Config(), policy).update(stale)
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())

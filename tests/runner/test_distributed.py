@@ -108,6 +108,8 @@ def test_language_episodes_collect_on_colocated_workers(tmp_path, local_ray):
     assert batch.batch_size == (16,) and batch[keys.GROUP].unique().numel() == 2  # a group of 8 per worker
     assert (batch[keys.POLICY_VERSION] == 0).all() and batch[keys.MASK].any(1).all()
     trainer.algo.update(batch)
+    batch[keys.STALENESS] = torch.ones_like(batch[keys.STALENESS])  # one update old now: GRPO decouples per token
+    assert all(torch.isfinite(torch.tensor(v)) for v in trainer.algo.update(batch).values())
     trainer.collector.close()
 
 
@@ -143,3 +145,10 @@ def test_a_worker_that_raises_is_restarted_and_training_goes_on(tmp_path, local_
     batch = trainer.collector.collect()
     assert not trigger.exists() and trainer.collector.failures == 1 and batch.batch_size == (8, 16)
     trainer.collector.close()
+
+
+def test_off_policy_runs_refuse_cluster_ray_by_name(tmp_path):
+    from embodied.runner.pipeline import Pipeline
+
+    with pytest.raises(ConfigError, match="algo=sac learns from a replay buffer in one process: drop cluster=ray"):
+        Pipeline(compose(["experiment=arm_reach_sac", "cluster=ray"]), tmp_path)

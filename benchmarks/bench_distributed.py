@@ -1,0 +1,208 @@
+"""Issue 20's measurements of `cluster=ray` (embodied/distributed), side by side in one job, interleaved.
+
+    .venv/bin/python benchmarks/bench_distributed.py pipeline     # mujoco_reach_rgb collection: pipelined vs one process
+    .venv/bin/python benchmarks/bench_distributed.py overhead     # quadrotor_hover PPO iterations: colocated vs plain
+    .venv/bin/python benchmarks/bench_distributed.py stages       # per-stage costs -> the scaling model's table
+    .venv/bin/python benchmarks/bench_distributed.py async        # quadrotor_hover: time to 95% success, staleness 0/1/2
+    .venv/bin/python benchmarks/bench_distributed.py cluster      # the 2-node simulated cluster against the model
+
+Each arm is a `Trainer` built from the run config exactly as `embodied train` builds it (cluster=local or
+cluster=ray overrides); rounds interleave the arms so the host's noise hits them alike; the table gives each arm's
+median env-steps/s with the spread (min-max) over rounds and its ratio to the first arm (median of per-round
+ratios). One local Ray instance serves every Ray arm (its start is not timed; each arm's first collection, which
+starts the workers, is a warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+from embodied.cli import compose  # noqa: E402
+from embodied.runner.trainer import Trainer  # noqa: E402
+
+RGB = ["experiment=mujoco_reach_rgb", "train.eval_episodes=0", "train.progress=false"]
+HOVER = ["experiment=quadrotor_hover", "train.eval_episodes=0", "train.progress=false"]
+HALF = ["cluster.env_cpus=0.5", "cluster.rollout_cpus=0.5"]  # three workers on two cores: logical CPUs only
+ARMS = {
+    "pipeline": {
+        "one process": RGB,
+        "disaggregated": RGB + ["cluster=ray", "cluster.placement=disaggregated", "cluster.env_workers=2", *HALF],
+        "pipelined": RGB + ["cluster=ray", "cluster.placement=pipelined", "cluster.env_workers=2", *HALF],
+        "colocated x2": RGB + ["cluster=ray", "cluster.env_workers=2"],
+    },
+    "overhead": {
+        "one process": HOVER,
+        "colocated x1": HOVER + ["cluster=ray"],
+        "colocated x1 async": HOVER + ["cluster=ray", "cluster.max_staleness=1"],
+    },
+}
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+
+def throughput(arms: dict[str, list[str]], rounds: int, iters: int, update: bool) -> None:
+    """env-steps/s of `iters` collections (and updates, with `update`) per arm per round, interleaved."""
+    trainers = {name: Trainer(compose(over), Path(tempfile.mkdtemp())) for name, over in arms.items()}
+    for trainer in trainers.values():  # warm-up: workers start, buffers allocate
+        trainer.collector.reset(seed=0)
+        batch = trainer.collector.collect()
+        if update:
+            trainer.algo.update(batch)
+    rates: dict[str, list[float]] = {name: [] for name in arms}
+    for r in range(rounds):
+        for name, trainer in trainers.items():
+            start, steps = time.perf_counter(), 0
+            for _ in range(iters):
+                batch = trainer.collector.collect()
+                steps += trainer.collector.count(batch)
+                if update:
+                    trainer.algo.update(batch)
+                    trainer.policy.observe(batch["obs"])
+            rates[name].append(steps / (time.perf_counter() - start))
+        print(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()), flush=True)
+    for trainer in trainers.values():
+        if hasattr(trainer.collector, "close"):
+            trainer.collector.close()
+    first = next(iter(rates))
+    print(f"\n| arm | env-steps/s, median (min-max) over {rounds} rounds | ratio to {first} |\n|---|---|---|")
+    for name, values in rates.items():
+        ratio = statistics.median(v / b for v, b in zip(values, rates[first]))
+        print(f"| {name} | {spread(values)} | {ratio:.2f}x |")
+
+
+def stages(rounds: int) -> dict[str, float]:
+    """Median seconds of each stage of one mujoco_reach_rgb iteration (32 envs x 32 steps), one process."""
+    import ray
+
+    trainer = Trainer(compose(RGB), Path(tempfile.mkdtemp()))
+    env, policy = trainer.env, trainer.policy
+    obs, _ = env.reset(seed=0)
+    action = policy.act(obs).action
+    batch = trainer.collector.collect()
+    times: dict[str, list[float]] = {"env step (render included)": [], "render alone": [], "policy act": [],
+                                     "learner update": [], "transfer (put + get of the batch)": []}
+    renderer = getattr(env, "renderer", None)  # sims/mujoco: the cameras of every env, one call
+    render = None if renderer is None else lambda: renderer.render(env.physics, env.target, env.camera, env.light)
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(10):
+            obs, *_ = env.step(action)
+        times["env step (render included)"].append((time.perf_counter() - t) / 10)
+        if render is not None:
+            t = time.perf_counter()
+            for _ in range(10):
+                render()
+            times["render alone"].append((time.perf_counter() - t) / 10)
+        t = time.perf_counter()
+        with torch.no_grad():
+            for _ in range(10):
+                action = policy.act(obs).action
+        times["policy act"].append((time.perf_counter() - t) / 10)
+        t = time.perf_counter()
+        trainer.algo.update(batch)
+        times["learner update"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        ray.get(ray.put(batch))
+        times["transfer (put + get of the batch)"].append(time.perf_counter() - t)
+    costs = {k: statistics.median(v) for k, v in times.items() if v}
+    print(f"\nmujoco_reach_rgb, {env.num_envs} envs, {trainer.cfg.rollout_steps} steps per collection, "
+          f"batch {batch.numel()} steps ({sum(x.numel() * x.element_size() for x in batch.values(True, True)) / 1e6:.1f} MB)")
+    print("| stage | median ms |\n|---|---|")
+    for k, v in costs.items():
+        print(f"| {k} | {1000 * v:.2f} |")
+    return costs
+
+
+def model(costs: dict[str, float], envs: int = 32, steps: int = 32) -> None:
+    """Predicted env-steps/s of pipelined collection + a synchronous update, for W env workers of `envs` envs each
+    on cores of their own and R rollout workers: a step of every worker costs max(env step, W * act / R) in steady
+    state (the rollout workers serve the env workers' requests in turn), a collection `steps` of them plus the
+    batch's transfer, an iteration that plus the update (which grows with the batch)."""
+    env, act, update = costs["env step (render included)"], costs["policy act"], costs["learner update"]
+    transfer = costs["transfer (put + get of the batch)"]
+    print("\npredicted env-steps/s (pipelined, synchronous update); bound: what saturates")
+    print("| env workers W | rollout workers R=1 | R=2 | R=4 | R=8 |\n|---|---|---|---|---|")
+    for w in (1, 2, 4, 8, 16, 32, 64):
+        cells = []
+        for r in (1, 2, 4, 8):
+            step = max(env, w * act / r)
+            iteration = steps * step + w * (transfer + update)
+            bound = "env" if env >= w * act / r else "policy"
+            cells.append(f"{w * envs * steps / iteration:,.0f} ({bound})")
+        print(f"| {w} | " + " | ".join(cells) + " |")
+
+
+def time_to_success(rounds: int, target: float = 0.95) -> None:
+    """quadrotor_hover to `target` success on 1000 evaluation episodes, checked every 10 iterations: seconds of
+    training, synchronous (one process; cluster=ray staleness 0) against asynchronous (staleness 1 and 2)."""
+    arms = {"one process": HOVER, "ray sync": HOVER + ["cluster=ray"],
+            "ray max_staleness=1": HOVER + ["cluster=ray", "cluster.max_staleness=1"],
+            "ray max_staleness=2": HOVER + ["cluster=ray", "cluster.max_staleness=2"]}
+    results: dict[str, list[float]] = {name: [] for name in arms}
+    for r in range(rounds):
+        for name, over in arms.items():
+            run = Path(tempfile.mkdtemp())
+            trainer = Trainer(compose(over + [f"seed={r}", "train.eval_every=10", "train.eval_episodes=1000"]), run)
+            trainer.learn()
+            rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+            hit = next((row["time"] for row in rows if row.get("eval/success", 0) >= target), float("nan"))
+            results[name].append(hit)
+            print(f"seed {r}: {name}: {hit:.1f} s to {target:.0%}", flush=True)
+    print(f"\n| arm | seconds of training to {target:.0%} success, per seed |\n|---|---|")
+    for name, values in results.items():
+        print(f"| {name} | {', '.join(f'{v:.1f}' for v in values)} (median {statistics.median(values):.1f}) |")
+
+
+def two_nodes(rounds: int, iters: int) -> None:
+    """mujoco_reach_rgb collection on a 2-node cluster simulated here (1 CPU each), pipelined, one env worker per
+    node and the rollout worker beside one of them."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    import ray
+
+    ray.init(address=cluster.address)
+    throughput({"pipelined, 2 nodes": RGB + ["cluster=ray", "cluster.placement=pipelined", "cluster.env_workers=2",
+                                             "cluster.strategy=SPREAD", *HALF]}, rounds, iters, update=False)
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("part", choices=["pipeline", "overhead", "stages", "async", "cluster"])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--iters", type=int, default=4, help="timed collections (iterations) per arm per round")
+    p.add_argument("--cpus", type=int, default=8, help="logical CPUs of the local Ray instance (every arm's workers stay up)")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    if args.part == "cluster":
+        return two_nodes(args.rounds, args.iters)
+    import ray
+
+    ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, logging_level="WARNING")
+    if args.part in ARMS:
+        throughput(ARMS[args.part], args.rounds, args.iters, update=args.part == "overhead")
+    elif args.part == "stages":
+        model(stages(args.rounds))
+    else:
+        time_to_success(args.rounds)
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
