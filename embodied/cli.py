@@ -78,11 +78,20 @@ def _train_task(cfg) -> float | None:
         if config.get("resume") and config.get("init_from"):
             raise ConfigError(f"resume={config['resume']} continues that run (its weights, optimizer and counters) and "
                               f"init_from={config['init_from']} starts a new run from a checkpoint's weights: set one")
-        if config.get("resume"):
+        cluster = config.get("cluster") or {}
+        if cluster.get("name") == "ray" and cluster.get("learner") == "actor":  # the runner in a Ray actor
+            from embodied.config import build_config
+            from embodied.distributed.config import ClusterConfig
+            from embodied.distributed.learner import RemoteLearner
+
+            settings = build_config(ClusterConfig, {k: v for k, v in cluster.items() if k != "name"}, "cluster")
+            trainer = RemoteLearner(config, run_dir, settings)
+        elif config.get("resume"):
             trainer = runner_class(config["resume"]).resume(config["resume"])
-            print(f"resuming {config['resume']} from iteration {trainer.iteration} ({trainer.env_steps:,} env steps)")
         else:
             trainer = runner_class(config)(config, run_dir)
+        if config.get("resume"):
+            print(f"resuming {config['resume']} from iteration {trainer.iteration} ({trainer.env_steps:,} env steps)")
         started = True
         summary = trainer.learn()
     except (ConfigError, MissingExtraError, NonFiniteLossError, FileNotFoundError, KeyError, DamagedCheckpointError) as err:
@@ -175,6 +184,9 @@ def evaluate_cmd(argv: list[str]) -> int:
     parser.add_argument("--device", default=None, help="device override (default: the run's)")
     parser.add_argument("--stochastic", action="store_true",
                         help="sample actions instead of taking the mean (a language agent: sample its replies)")
+    parser.add_argument("--disturbance", default=None,
+                        help="a disturbance preset of the env (quadrotor: none, push, gust, payload, motor, all; "
+                             "sims/quadrotor/disturbance.py); default: the run's own env.disturbance")
     args = parser.parse_args(argv)
     try:
         ckpt = checkpoint.find_checkpoint(args.path)
@@ -182,6 +194,19 @@ def evaluate_cmd(argv: list[str]) -> int:
     except (FileNotFoundError, checkpoint.DamagedCheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    if args.disturbance is not None:  # the env's presets: the choices of its Config's `disturbance` field
+        import typing
+
+        from embodied import registry
+
+        env_name = config["env"]["name"]
+        presets = typing.get_args(typing.get_type_hints(registry.resolve("env", env_name).Config).get("disturbance"))
+        if args.disturbance not in presets:
+            valid = f"valid presets: {', '.join(presets)}" if presets else f"env {env_name} has no disturbance presets"
+            print(f"error: unknown --disturbance {args.disturbance!r}; {valid}", file=sys.stderr)
+            return 1
+        config = {**config, "env": {**config["env"], "disturbance": args.disturbance}}
+    disturbance = config["env"].get("disturbance", "none")
     torch.set_num_threads(int(config.get("threads", 1)))
     env = make_env(config, args.episodes, resolve_device(args.device or config["device"]))
     policy = make_policy(config, env)
@@ -197,10 +222,10 @@ def evaluate_cmd(argv: list[str]) -> int:
         return 0
     result = evaluate(policy, env, seed=args.seed, deterministic=deterministic)
     print(
-        f"{config['name']}: success {result['success']:.1%} over {result['episodes']} episodes, "
-        f"mean return {result['return']:.2f}, mean length {result['length']:.1f}  ({ckpt})"
+        f"{config['name']}: success {result['success']:.1%} over {result['episodes']} episodes "
+        f"(disturbance {disturbance}), mean return {result['return']:.2f}, mean length {result['length']:.1f}  ({ckpt})"
     )
-    (ckpt / "eval.json").write_text(json.dumps({**result, "seed": args.seed}, indent=1))
+    (ckpt / "eval.json").write_text(json.dumps({**result, "seed": args.seed, "disturbance": disturbance}, indent=1))
     return 0
 
 

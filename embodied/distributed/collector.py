@@ -49,6 +49,19 @@ def import_ray():
     return ray
 
 
+def connect(cluster: ClusterConfig, cpus: float) -> bool:
+    """Ray as `cluster.address` says, unless this process is connected already (a test, a Ray worker: the learner
+    actor); True when this call started it (whoever started it shuts it down)."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    # address "local": a new instance even where another one runs on this machine; at least the CPUs asked for
+    local = cluster.num_cpus or max(os.cpu_count() or 1, int(cpus + 0.999))
+    ray.init(address=cluster.address or "local", num_cpus=None if cluster.address else local,
+             include_dashboard=False, logging_level="WARNING")
+    return True
+
+
 def rng_state(seed: int) -> torch.Tensor:
     """A CPU generator state (torch.get_rng_state's layout) seeded with `seed`."""
     return torch.Generator().manual_seed(seed % 2**63).get_state()
@@ -124,12 +137,7 @@ class RayCollector:
         bundles = [{"CPU": cluster.env_cpus, "GPU": cluster.env_gpus}] * k
         bundles += [{"CPU": cluster.rollout_cpus, "GPU": cluster.rollout_gpus}] * (cluster.rollout_workers if split else 0)
         bundles = [{r: v for r, v in b.items() if v} or {"CPU": 0.001} for b in bundles]
-        self.started = not ray.is_initialized()
-        if self.started:
-            cpus = cluster.num_cpus or max(os.cpu_count() or 1, int(sum(b.get("CPU", 0) for b in bundles) + 0.999))
-            # address "local": a new instance even where another one runs on this machine
-            ray.init(address=cluster.address or "local", num_cpus=None if cluster.address else cpus,
-                     include_dashboard=False, logging_level="WARNING")
+        self.started = connect(cluster, sum(b.get("CPU", 0) for b in bundles))
         self.group = placement_group(bundles, strategy=cluster.strategy)
         try:
             ray.get(self.group.ready(), timeout=cluster.placement_timeout)

@@ -40,6 +40,11 @@ class ClusterConfig:
     env_gpus: float = 0.0
     rollout_cpus: float = 1.0  # per rollout worker
     rollout_gpus: float = 0.0
+    # driver: the learner (update, checkpoints, evaluation) runs in the `embodied train` process; actor: in a Ray
+    # actor with learner_cpus / learner_gpus (e.g. a GPU node), writing the run directory where it runs
+    learner: Literal["driver", "actor"] = "driver"
+    learner_cpus: float = 1.0
+    learner_gpus: float = 0.0
     max_restarts: int = 3  # a dead or failing worker is restarted this often per collection before the run stops
     placement_timeout: float = 120.0  # seconds to wait for the cluster to offer the workers' resources
 
@@ -47,7 +52,7 @@ class ClusterConfig:
         check(self.env_workers >= 1, f"cluster.env_workers={self.env_workers} must be >= 1")
         check(self.rollout_workers >= 1, f"cluster.rollout_workers={self.rollout_workers} must be >= 1")
         check(self.max_staleness >= 0, f"cluster.max_staleness={self.max_staleness} must be >= 0")
-        check(min(self.env_cpus, self.env_gpus, self.rollout_cpus, self.rollout_gpus) >= 0,
-              "cluster.env_cpus / env_gpus / rollout_cpus / rollout_gpus must be >= 0")
+        check(min(self.env_cpus, self.env_gpus, self.rollout_cpus, self.rollout_gpus, self.learner_cpus,
+                  self.learner_gpus) >= 0, "cluster.*_cpus and cluster.*_gpus must be >= 0")
         check(self.max_restarts >= 0, f"cluster.max_restarts={self.max_restarts} must be >= 0")
         check(self.num_cpus is None or self.num_cpus >= 1, f"cluster.num_cpus={self.num_cpus} must be >= 1 or null")

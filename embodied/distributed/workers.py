@@ -78,6 +78,26 @@ class CollectorWorker:
         os._exit(1)
 
 
+class LearnerWorker:
+    """cluster.learner=actor: the run's runner (Trainer, Pipeline) in a Ray actor; its collection workers are
+    actors it starts in turn."""
+
+    def build(self, config: dict, run_dir: str) -> tuple[int, int]:
+        """The runner, new or resumed; its (iteration, env_steps). A method, not __init__, so that a bad config's
+        error reaches the caller as itself (ConfigError), not as a dead actor."""
+        from embodied.runner.pipeline import runner_class
+
+        resume = config.get("resume")
+        self.runner = runner_class(resume).resume(resume) if resume else runner_class(config)(config, run_dir)
+        return self.runner.iteration, self.runner.env_steps
+
+    def learn(self) -> dict:
+        return self.runner.learn()
+
+    def where(self) -> dict:
+        return where()
+
+
 class EnvWorker:
     """disaggregated / pipelined: `num_envs` envs of the run's config."""
 

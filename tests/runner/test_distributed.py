@@ -152,3 +152,17 @@ def test_off_policy_runs_refuse_cluster_ray_by_name(tmp_path):
 
     with pytest.raises(ConfigError, match="algo=sac learns from a replay buffer in one process: drop cluster=ray"):
         Pipeline(compose(["experiment=arm_reach_sac", "cluster=ray"]), tmp_path)
+
+
+def test_the_learner_runs_in_an_actor_and_a_bad_config_fails_there_by_name(tmp_path, local_ray):
+    from embodied.distributed.config import ClusterConfig
+    from embodied.distributed.learner import RemoteLearner
+
+    settings = ClusterConfig(learner="actor", learner_cpus=0.5, env_cpus=0.5)
+    learner = RemoteLearner(compose(SMALL + ["cluster=ray", "cluster.learner=actor"]), tmp_path / "run", settings)
+    assert learner.where()["pid"] != os.getpid() and learner.iteration == 0
+    summary = learner.learn()
+    assert summary["env_steps"] == 512 and (tmp_path / "run" / "checkpoints" / "final").is_dir()
+    assert ray.is_initialized()  # the test's Ray: the learner did not start it, so it leaves it running
+    with pytest.raises(ConfigError, match="train.num_envs=16 must be a multiple of cluster.env_workers=3"):
+        RemoteLearner(compose(SMALL + ["cluster=ray", "cluster.env_workers=3"]), tmp_path / "bad", settings)
