@@ -211,12 +211,13 @@ class RayCollector:
         return out
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The collections made: a resumed run's workers start fresh episodes (their envs live in other processes)."""
-        return {"collections": torch.tensor(self.returned)}
+        """The collections made and the run's seed: a resumed run's workers start fresh episodes (their envs live
+        in other processes), from seeds the run has not used."""
+        return {"collections": torch.tensor(self.returned), "seed": torch.tensor(self.seed)}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.returned = self.launched = int(state.get("collections", 0))
-        self.fresh = True
+        self.returned = self.launched = int(state["collections"])
+        self.seed, self.fresh = int(state["seed"]) + self.returned, True
 
     def close(self) -> None:
         """Waits for collections in flight, ends the workers, and Ray itself where this run started it."""

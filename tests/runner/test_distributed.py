@@ -166,3 +166,17 @@ def test_the_learner_runs_in_an_actor_and_a_bad_config_fails_there_by_name(tmp_p
     assert ray.is_initialized()  # the test's Ray: the learner did not start it, so it leaves it running
     with pytest.raises(ConfigError, match="train.num_envs=16 must be a multiple of cluster.env_workers=3"):
         RemoteLearner(compose(SMALL + ["cluster=ray", "cluster.env_workers=3"]), tmp_path / "bad", settings)
+
+
+def test_a_ray_run_resumes_from_its_checkpoint_with_fresh_episodes(tmp_path, local_ray):
+    from embodied.runner import checkpoint
+
+    run = tmp_path / "run"
+    Trainer(compose(SMALL + ["cluster=ray", "train.total_env_steps=256", "train.checkpoint_every=1"]), run).learn()
+    cfg_path = run / "checkpoints" / "latest" / "config.yaml"  # the run was meant to go on: 4 iterations
+    cfg_path.write_text(cfg_path.read_text().replace("total_env_steps: 256", "total_env_steps: 512"))
+    checkpoint.reseal(cfg_path.parent)
+    resumed = Trainer.resume(run)
+    assert resumed.iteration == 2 and resumed.collector.seed == 2 and resumed.collector.returned == 2
+    resumed.learn()
+    assert [i for i, _, _ in curve(run)] == [1, 2, 3, 4]
