@@ -185,7 +185,7 @@ def evaluate_cmd(argv: list[str]) -> int:
     parser.add_argument("--stochastic", action="store_true",
                         help="sample actions instead of taking the mean (a language agent: sample its replies)")
     parser.add_argument("--disturbance", default=None,
-                        help="a disturbance preset of the env (quadrotor: none, push, gust, payload, motor, all; "
+                        help="a disturbance preset of the env (quadrotor: none, push, gust, payload, motor, all, mix; "
                              "sims/quadrotor/disturbance.py); default: the run's own env.disturbance")
     args = parser.parse_args(argv)
     try:

@@ -157,6 +157,7 @@ class QuadrotorDynamics:
         self._gyro_coef = torch.tensor([(jy - jz) / jx, (jz - jx) / jy, (jx - jy) / jz], device=dev).view(3, 1)
         self._perm = torch.tensor([1, 2, 0, 2, 0, 1], device=dev)
         self._gravity = torch.tensor([0.0, 0.0, -params.gravity], device=dev).view(3, 1)
+        self._gravity_ext = new(3)  # gravity plus an external acceleration (sims/quadrotor/disturbance.py)
         self._at_x, self._at_xs = self._stage_views(x), self._stage_views(self._xs)
         k = self._k
         # q_dot goes to k[QUAT]; R e_z is parked in k[ANG_VEL] until omega_dot overwrites it
@@ -169,15 +170,18 @@ class QuadrotorDynamics:
         q = s[QUAT]
         return s[VEL], s[ANG_VEL], q.unsqueeze(1), s[ANG_VEL.start : QUAT.stop].unsqueeze(0), s[MOTOR]
 
-    def _derivative(self, views: tuple[torch.Tensor, ...], kf_scale: torch.Tensor, inv_mass_scale: torch.Tensor):
+    def _derivative(self, views: tuple[torch.Tensor, ...], kf_scale: torch.Tensor, inv_mass_scale: torch.Tensor,
+                    gravity: torch.Tensor, inv_inertia_scale: torch.Tensor | None):
         """Writes dx/dt at the stage state into self._k."""
         v, w, q_col, z_row, m = views
         torch.mul(m, m, out=self._u).mul_(kf_scale)  # thrust_i / nominal max thrust
         torch.mm(self._wrench_matrix, self._u, out=self._wrench)  # (a_thrust nominal, J^-1 tau)
+        if inv_inertia_scale is not None:  # J scaled uniformly: the gyroscopic term below is unchanged
+            self._wrench[1:].mul_(inv_inertia_scale)
         torch.mul(q_col, z_row, out=self._feat_3d)  # q_i * z_j
         torch.mm(self._bilinear, self._feat, out=self._k_rez_qdot)
         torch.mul(self._wrench[:1], inv_mass_scale, out=self._a_thrust)
-        torch.addcmul(self._gravity, self._k_rez, self._a_thrust, out=self._k_vel)  # v_dot = R e_z T/m + g
+        torch.addcmul(gravity, self._k_rez, self._a_thrust, out=self._k_vel)  # v_dot = R e_z T/m + g
         # Euler's equations, omega_dot = J^-1 (tau - w x J w); explicit products beat linalg.cross 4x
         torch.index_select(w, 0, self._perm, out=self._w_perm)
         torch.mul(self._w_perm[:3], self._w_perm[3:], out=self._gyro)
@@ -185,23 +189,28 @@ class QuadrotorDynamics:
         self._k_pos.copy_(v)
         torch.addcmul(self._c_tau, m, self._neg_inv_tau, out=self._k_motor)  # (cmd - m) / tau
 
-    def step(self, motor_cmd: torch.Tensor, kf_scale: torch.Tensor, inv_mass_scale: torch.Tensor, inv_tau: torch.Tensor):
+    def step(self, motor_cmd: torch.Tensor, kf_scale: torch.Tensor, inv_mass_scale: torch.Tensor, inv_tau: torch.Tensor,
+             inv_inertia_scale: torch.Tensor | None = None, ext_acc: torch.Tensor | None = None):
         """Advance x by dt. motor_cmd [4, N] rotor-speed setpoints in [0, 1] (fraction of max_rpm), held
-        over the step; kf_scale, inv_mass_scale [1, N] multipliers of the nominal thrust coefficient and
-        1/mass; inv_tau [1, N] 1 / motor time constant, 1/s."""
+        over the step; kf_scale [1, N] or per rotor [4, N], inv_mass_scale [1, N] multipliers of the nominal
+        thrust coefficient and 1/mass; inv_tau [1, N] 1 / motor time constant, 1/s. Optional (disturbances):
+        inv_inertia_scale [1, N] 1 / a multiplier of the inertia, ext_acc [3, N] an external acceleration
+        (world, m/s^2) held over the step. Without them the step is the nominal one, op for op."""
         h, x, xs, acc, k = self.dt, self.x, self._xs, self._acc, self._k
         torch.mul(motor_cmd, inv_tau, out=self._c_tau)
         torch.neg(inv_tau, out=self._neg_inv_tau)
-        self._derivative(self._at_x, kf_scale, inv_mass_scale)  # k1
+        g = self._gravity if ext_acc is None else torch.add(self._gravity, ext_acc, out=self._gravity_ext)
+        args = (kf_scale, inv_mass_scale, g, inv_inertia_scale)
+        self._derivative(self._at_x, *args)  # k1
         torch.add(x, k, alpha=h / 6, out=acc)
         torch.add(x, k, alpha=h / 2, out=xs)
-        self._derivative(self._at_xs, kf_scale, inv_mass_scale)  # k2
+        self._derivative(self._at_xs, *args)  # k2
         acc.add_(k, alpha=h / 3)
         torch.add(x, k, alpha=h / 2, out=xs)
-        self._derivative(self._at_xs, kf_scale, inv_mass_scale)  # k3
+        self._derivative(self._at_xs, *args)  # k3
         acc.add_(k, alpha=h / 3)
         torch.add(x, k, alpha=h, out=xs)
-        self._derivative(self._at_xs, kf_scale, inv_mass_scale)  # k4
+        self._derivative(self._at_xs, *args)  # k4
         torch.add(acc, k, alpha=h / 6, out=x)
         # Back onto the unit sphere (as learning-to-fly's post_integration). Motor speeds need no
         # clamp: for a constant setpoint RK4 contracts them toward it by 1 - z + z^2/2 - z^3/6 + z^4/24

@@ -39,6 +39,8 @@ the randomized mass, thrust-coefficient and motor-time-constant multipliers as
 (s - 1) / range (0 when not randomized); elapsed fraction of the episode; task
 progress (hover: in-tolerance streak / hold steps, waypoint: reached / K).
 The world is free space: there is no ground contact model.
+Disturbances (`disturbance`: pushes, gusts, a payload, weak or slow motors) are presets drawn per
+episode into rows appended to S (sims/quadrotor/disturbance.py); "none" leaves the env as it was.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from embodied import keys
 from embodied.config import check
 from embodied.envs import StepResult, VecEnv
 from embodied.specs import Meaning, Spec
+from sims.quadrotor import disturbance
 from sims.quadrotor.dynamics import (
     ANG_VEL, MOTOR, POS, QUAT, STATE_DIM, VEL, CrazyflieParams, QuadrotorDynamics, row_buffer,
 )  # fmt: skip
@@ -100,6 +103,8 @@ class QuadrotorConfig:
     reset_mode: Literal["auto", "masked", "indexed"] = "auto"  # auto-reset sampling (module doc); auto: indexed on CPU
     obs_motor_estimate: bool = False  # append MOTOR_ESTIMATE (2 m - 1) to obs["state"], see the module doc
     obs_accelerometer: bool = False  # append the accelerometer (body-z specific force / g - 1), see the module doc
+    # per-episode disturbances beyond the nominal randomization, sims/quadrotor/disturbance.py (none: the nominal env)
+    disturbance: Literal["none", "push", "gust", "payload", "motor", "all", "mix"] = "none"
 
     def __post_init__(self):
         check(0 < self.dt <= 0.02, f"dt={self.dt} must be in (0, 0.02] s (RK4 accuracy and motor-lag stability)")
@@ -116,6 +121,8 @@ class QuadrotorConfig:
         check(self.dt < tau_min, f"dt={self.dt} must be below the smallest motor time constant {tau_min:.3f} s")
         for name in ("max_pos", "max_speed", "max_ang_vel"):
             check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be > 0")
+        check(self.disturbance in disturbance.PRESETS,
+              f"disturbance={self.disturbance!r} is not a preset; valid presets: {', '.join(disturbance.PRESETS)}")
 
 
 class _QuadrotorEnv(VecEnv):
@@ -155,10 +162,14 @@ class _QuadrotorEnv(VecEnv):
         n, dev = num_envs, self.device
         new = lambda rows: row_buffer(rows, n, dev)  # noqa: E731
         col = lambda values: torch.tensor(values, dtype=torch.float32, device=dev).view(-1, 1)  # noqa: E731
-        self._s = new(BASE_ROWS + self._TASK_ROWS)  # the state of every env
-        self._init = new(BASE_ROWS + self._TASK_ROWS)  # next-episode candidates; rows not sampled stay constant
+        self._dist_rows = slice(BASE_ROWS + self._TASK_ROWS, BASE_ROWS + self._TASK_ROWS
+                                + (disturbance.ROWS if config.disturbance != "none" else 0))
+        self._s = new(self._dist_rows.stop)  # the state of every env
+        self._init = new(self._dist_rows.stop)  # next-episode candidates; rows not sampled stay constant
         self._init[MOTOR] = self._init[MOTOR_ESTIMATE] = p.hover_fraction
         self.dynamics = QuadrotorDynamics(self._s[:STATE_DIM], p, config.dt)
+        self._disturbance = None if config.disturbance == "none" else disturbance.Disturbances(
+            config.disturbance, self._s[self._dist_rows], self._s, self.max_episode_steps, p)
         self._gen = torch.Generator(device=dev)
         self._gen.seed()
         # bound views and scratch: a torch call costs microseconds on CPU, so step makes few views
@@ -226,6 +237,8 @@ class _QuadrotorEnv(VecEnv):
     def _reset(self, seed: int | None, options: dict) -> tuple[TensorDict, dict]:
         if seed is not None:
             self._gen.manual_seed(seed)
+            if self._disturbance is not None:
+                self._disturbance.seed(seed)
         self._s.copy_(self._sample(self.num_envs))
         return self._observe(), {}
 
@@ -241,11 +254,18 @@ class _QuadrotorEnv(VecEnv):
         torch.add(a, self._tmp4, alpha=(1 - 2 * t) / t, out=self._cmd).mul_(t).add_(t).sqrt_()
         self._motor_estimate.lerp_(self._cmd, self._estimate_gain)
         torch.reciprocal(self._dr, out=self._inv_dr)
+        kf, inv_inertia, ext_acc, d = self._kf_scale, None, None, self._disturbance
+        if d is not None:  # kicks due now; per-rotor thrust, payload mass and inertia, slower motors, wind
+            kf, inv_inertia, ext_acc = d.apply(self._dr, self._inv_dr, self._step_row)
         torch.mul(self._inv_tau_scale, 1 / self.params.motor_time_constant, out=self._inv_tau)
-        self.dynamics.step(self._cmd, self._kf_scale, self._inv_mass, self._inv_tau)
+        self.dynamics.step(self._cmd, kf, self._inv_mass, self._inv_tau, inv_inertia, ext_acc)
         torch.mul(self._motor, self._motor, out=self._sq4)  # specific force = kf w^2 / m, summed over rotors
-        torch.mean(self._sq4, 0, keepdim=True, out=self._specific_force)
-        self._specific_force.mul_(self._kf_scale).mul_(self._inv_mass).mul_(self._thrust_to_g)
+        if d is None:
+            torch.mean(self._sq4, 0, keepdim=True, out=self._specific_force)
+            self._specific_force.mul_(self._kf_scale)
+        else:
+            torch.mean(self._sq4.mul_(kf), 0, keepdim=True, out=self._specific_force)
+        self._specific_force.mul_(self._inv_mass).mul_(self._thrust_to_g)
         self._step_row.add_(1)
         terminated, success = self._reward_features()
         reward = torch.addmm(self._bias, self._weights, self._features).view(-1)
@@ -299,6 +319,8 @@ class _QuadrotorEnv(VecEnv):
         torch.addcmul(self._dr_bias, u[12:15], self._dr_scale, out=init[DR])
         torch.div(init[DR.start + 1], init[DR.start], out=init[SPECIFIC_FORCE])  # hover-speed rotors: kf / m, in g
         self._task_sample(init, u)
+        if self._disturbance is not None:
+            self._disturbance.sample(init[self._dist_rows])
         return init
 
     def _observe(self, s: torch.Tensor | None = None) -> TensorDict:
@@ -326,10 +348,13 @@ class _QuadrotorEnv(VecEnv):
 
     # ---- snapshots --------------------------------------------------------------------------
     def _blocks(self) -> dict[str, slice | int]:
-        return {"position": POS, "velocity": VEL, "angular_velocity": ANG_VEL, "quaternion": QUAT,
-                "motor_speed": MOTOR, "dr_scale": DR, "step": STEP, "progress": PROGRESS,
-                "target": TARGET, "prev_action": PREV_ACTION, "motor_estimate": MOTOR_ESTIMATE,
-                "specific_force": SPECIFIC_FORCE}  # fmt: skip
+        blocks = {"position": POS, "velocity": VEL, "angular_velocity": ANG_VEL, "quaternion": QUAT,
+                  "motor_speed": MOTOR, "dr_scale": DR, "step": STEP, "progress": PROGRESS,
+                  "target": TARGET, "prev_action": PREV_ACTION, "motor_estimate": MOTOR_ESTIMATE,
+                  "specific_force": SPECIFIC_FORCE}  # fmt: skip
+        if self._disturbance is not None:
+            blocks["disturbance"] = self._dist_rows  # rows: disturbance.py
+        return blocks
 
     def expert_action(self) -> torch.Tensor:
         """The scripted expert's action [N, 4] (sims/quadrotor/scripted.py: a cascaded PD controller): demonstrations
@@ -349,10 +374,12 @@ class _QuadrotorEnv(VecEnv):
             block = self._s[rows]
             state[name] = block.long() if name in self._COUNTERS else block.clone() if isinstance(rows, int) else block.T.clone()
         state["rng"] = self._gen.get_state()
+        if self._disturbance is not None:
+            state["disturbance_rng"] = self._disturbance.get_rng()
         return state
 
     def set_state(self, state: dict[str, torch.Tensor]) -> TensorDict:
-        expected = set(self._blocks()) | {"rng"}
+        expected = set(self._blocks()) | {"rng"} | ({"disturbance_rng"} if self._disturbance is not None else set())
         if set(state) != expected:
             raise KeyError(f"state keys {sorted(state)} differ from {sorted(expected)}")
         for name, rows in self._blocks().items():
@@ -363,6 +390,8 @@ class _QuadrotorEnv(VecEnv):
                 raise ValueError(f"state[{name!r}] has shape {list(state[name].shape)}, not [{self.num_envs}, ...]")
             target.copy_(value)
         self._gen.set_state(state["rng"].cpu())  # a generator state is a CPU byte tensor, even for cuda
+        if self._disturbance is not None:
+            self._disturbance.set_rng(state["disturbance_rng"])
         return self._observe()
 
 
