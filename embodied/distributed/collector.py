@@ -24,8 +24,9 @@ weights, and the collection runs again, up to `cluster.max_restarts` times.
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 import torch
 from tensordict import TensorDict
@@ -78,6 +79,10 @@ def join(parts: list, sizes: list[int]):
     if isinstance(first, (torch.Tensor, TensorDict)) and first.dim() and first.shape[0] == sizes[0]:
         return torch.cat(parts, 0)
     return first
+
+
+class WorkerRestarted(RuntimeError):
+    """A worker's process is not the one the collector last saw: its envs' state is gone."""
 
 
 class ShardedEnv:
@@ -169,6 +174,7 @@ class RayCollector:
             self.workers = [actor(CollectorWorker, i, config, n // k) for i in range(k)]
         self.seed, self.launched, self.returned, self.failures = 0, 0, 0, 0
         self.fresh = True  # the next collection resets every worker's envs and sends whole weights
+        self.processes = self._processes()  # each worker's pid: a different one later means a restart
         self._stats: list[dict] = []
         self._staleness: list[int] = []
 
@@ -260,40 +266,63 @@ class RayCollector:
                 state, fresh = self.ray.put(weights(self.policy, full=True)), True
 
     def _collect(self, state, rng: torch.Tensor, fresh: bool):
-        """One rollout from every worker: (batch, episode stats per collector, the first stream's random state)."""
+        """One rollout from every worker: (batch, episode stats per collector, the first stream's random state).
+        The workers' processes are checked before and after: one restarted in between lost its envs' state (Ray
+        may restart a dead worker before any call of ours fails), so the collection counts as failed."""
+        self._check_processes()
         seeds = [self.seed + (i + self.failures * len(self.workers)) * SEED_STRIDE for i in range(len(self.workers))]
         streams = [rng] + [rng_state(s) for s in seeds[1:]]  # stream 0: the learner's (synchronous) state
         if not hasattr(self, "groups"):  # colocated
             outs = self.ray.get([w.collect.remote(state, streams[i], seeds[i] if fresh else None)
                                  for i, w in enumerate(self.workers)])
             dim = 1 if self.kind is Collector else 0  # [T, N] env steps, or [B] episodes
+            self._check_processes()
             return cat([o[0] for o in outs], dim), [o[1] for o in outs], outs[0][2]
         self.ray.get([w.load.remote(state) for w in self.rollout_workers]
                      + [g.policy.worker.seed.remote(g.policy.stream, streams[s]) for s, g in enumerate(self.groups)])
         if fresh:
             for s, group in enumerate(self.groups):
                 group.reset(seed=seeds[s])
-        batches = list(self.threads.map(Collector.collect, self.groups)) if self.threads else [self.groups[0].collect()]
+        if self.threads:  # every group's thread ends before a failure is handled: none may step during a restart
+            futures = [self.threads.submit(group.collect) for group in self.groups]
+            wait(futures)
+            batches = [f.result() for f in futures]
+        else:
+            batches = [self.groups[0].collect()]
         first = self.groups[0].policy
         rng_out = self.ray.get(first.worker.rng.remote(first.stream))
+        self._check_processes()
         return cat(batches, 1), [g.pop_episode_stats() for g in self.groups], rng_out
+
+    def _check_processes(self) -> None:
+        if self._processes() != self.processes:
+            raise WorkerRestarted("a worker's process changed since the last collection (restarted by Ray)")
+
+    def _processes(self) -> list[int]:
+        return [where["pid"] for where in self.ray.get([w.where.remote() for w in self.workers])]
 
     def _failures(self) -> tuple[type, ...]:
         """A worker's failure as Ray reports it: died, restarting, or raised in its method."""
         errors = self.ray.exceptions
-        return errors.RayActorError, errors.ActorUnavailableError, errors.RayTaskError
+        return errors.RayActorError, errors.ActorUnavailableError, errors.RayTaskError, WorkerRestarted
 
     def _restart(self) -> None:
-        """Every worker restarted (a dead one by Ray already; one that raised is killed so Ray restarts it) and
-        answering again."""
+        """Every worker restarted and answering again: each one's live process (a dead one's after Ray restarted
+        it) is killed, and Ray restarts it; done when every worker answers from a new process. `ray.kill` acts
+        asynchronously, so an answer may still come from the old process for a moment: polled, with a deadline."""
+        ray = self.ray
+        answer = lambda w: ray.get(w.where.options(max_task_retries=-1).remote())["pid"]  # noqa: E731 (retried)
+        old = [answer(w) for w in self.workers]
         for w in self.workers:
-            try:
-                self.ray.get(w.where.remote())
-            except self._failures():
-                pass  # dead or restarting: Ray restarts it
-            self.ray.kill(w, no_restart=False)
-        # retried by Ray until each restarted worker answers (its __init__ has run)
-        self.ray.get([w.where.options(max_task_retries=-1).remote() for w in self.workers])
+            ray.kill(w, no_restart=False)
+        deadline = time.monotonic() + self.cluster.placement_timeout
+        self.processes = []
+        for w, pid in zip(self.workers, old):
+            while (new := answer(w)) == pid:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"a worker was not restarted within {self.cluster.placement_timeout:.0f} s")
+                time.sleep(0.05)  # the kill is on its way
+            self.processes.append(new)
 
 
 def cat(batches: list[TensorDict], dim: int) -> TensorDict:

@@ -38,7 +38,7 @@ def state(trainer):
     return {k: v.clone() for k, v in trainer.policy.state_dict().items()}
 
 
-@pytest.mark.parametrize("placement", ["colocated", pytest.param("disaggregated", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("placement", ["colocated", "disaggregated"])
 def test_synchronous_run_with_one_worker_reproduces_the_single_process_curve(tmp_path, local_ray, placement):
     plain = Trainer(compose(SMALL), tmp_path / "plain")
     plain.learn()
@@ -49,7 +49,7 @@ def test_synchronous_run_with_one_worker_reproduces_the_single_process_curve(tmp
         torch.testing.assert_close(ray_run.policy.state_dict()[key], value, rtol=0, atol=0, msg=key)
 
 
-@pytest.mark.slow  # ~90 s on a loaded 2-core machine: three runs of three workers
+@pytest.mark.slow  # ~35 s: three runs of three workers
 def test_pipelined_workers_give_one_batch_with_versions_and_a_repeatable_run(tmp_path, local_ray):
     # three workers on the 2-CPU instance: half a CPU each
     over = SMALL + ["cluster=ray", "cluster.placement=pipelined", "cluster.env_workers=2", "cluster.env_cpus=0.5",
@@ -74,7 +74,7 @@ def test_async_collection_is_at_most_max_staleness_old_and_ppo_corrects_it(tmp_p
     assert all(torch.isfinite(torch.tensor(r["algo/loss"])) for r in rows if "algo/loss" in r)
 
 
-@pytest.mark.slow  # ~55 s: two rounds of worker restarts
+@pytest.mark.slow  # ~35 s: two rounds of worker restarts (test_a_worker_that_raises... covers one in the default suite)
 def test_a_killed_worker_is_restarted_and_the_collection_is_whole(tmp_path, local_ray, capsys):
     trainer = Trainer(compose(SMALL + ["cluster=ray", "cluster.env_workers=2"]), tmp_path)
     collector = trainer.collector

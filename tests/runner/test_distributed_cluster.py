@@ -23,7 +23,6 @@ def two_nodes():
     cluster.shutdown()
 
 
-@pytest.mark.slow  # ~2 min on a loaded 2-core machine: a second Ray cluster's start and its workers
 def test_env_workers_spread_over_two_nodes_and_train(tmp_path, two_nodes):
     over = SMALL + ["cluster=ray", f"cluster.address={two_nodes.address}", "cluster.env_workers=2",
                     "cluster.strategy=STRICT_SPREAD"]
