@@ -126,22 +126,31 @@ def stages(rounds: int) -> dict[str, float]:
 
 
 def model(costs: dict[str, float], envs: int = 32, steps: int = 32) -> None:
-    """Predicted env-steps/s of pipelined collection + a synchronous update, for W env workers of `envs` envs each
-    on cores of their own and R rollout workers: a step of every worker costs max(env step, W * act / R) in steady
-    state (the rollout workers serve the env workers' requests in turn), a collection `steps` of them plus the
-    batch's transfer, an iteration that plus the update (which grows with the batch)."""
+    """Predicted env-steps/s for W env workers of `envs` envs each (a core each) and G devices, each holding a
+    rollout worker and a data-parallel learner replica (ideal split: act and update cost 1/G). A collection is
+    `steps` x max(env step, W x act / G) (pipelined: a device serves the env workers' requests in turn) plus the
+    batch's transfer; the update of W x envs x steps transitions costs W x update / G. Synchronous: collection,
+    then update; asynchronous (max_staleness >= 1): the larger of the two. The costs are this host's CPU ones
+    (`stages`): a GPU device makes act and update cheaper by a factor not measured here."""
     env, act, update = costs["env step (render included)"], costs["policy act"], costs["learner update"]
     transfer = costs["transfer (put + get of the batch)"]
-    print("\npredicted env-steps/s (pipelined, synchronous update); bound: what saturates")
-    print("| env workers W | rollout workers R=1 | R=2 | R=4 | R=8 |\n|---|---|---|---|---|")
-    for w in (1, 2, 4, 8, 16, 32, 64):
-        cells = []
-        for r in (1, 2, 4, 8):
-            step = max(env, w * act / r)
-            iteration = steps * step + w * (transfer + update)
-            bound = "env" if env >= w * act / r else "policy"
-            cells.append(f"{w * envs * steps / iteration:,.0f} ({bound})")
-        print(f"| {w} | " + " | ".join(cells) + " |")
+    for mode in ("synchronous", "asynchronous"):
+        print(f"\npredicted env-steps/s, {mode}; (what saturates: env, policy or learner)")
+        print("| env workers W | G=1 | G=2 | G=4 | G=8 |\n|---|---|---|---|---|")
+        for w in (1, 2, 4, 8, 16, 32, 64):
+            cells = []
+            for g in (1, 2, 4, 8):
+                collect = steps * max(env, w * act / g) + w * transfer
+                learn = w * update / g
+                seconds = collect + learn if mode == "synchronous" else max(collect, learn)
+                bound = "learner" if learn >= collect else "env" if env >= w * act / g else "policy"
+                cells.append(f"{w * envs * steps / seconds:,.0f} ({bound})")
+            print(f"| {w} | " + " | ".join(cells) + " |")
+    # collection alone, the 32 envs split over 2 env workers (the `pipeline` and `cluster` parts' setting)
+    half = steps * max(env / 2, 2 * (act / 2)) + transfer
+    print(f"\ncollection alone, {envs} envs: one process {envs * steps / (steps * (env + act)):,.0f} env-steps/s; "
+          f"pipelined over 2 env workers of {envs // 2} and one rollout worker, a core each: "
+          f"{envs * steps / half:,.0f} env-steps/s predicted (costs linear in the envs per call)")
 
 
 def time_to_success(rounds: int, target: float = 0.95) -> None:

@@ -103,6 +103,10 @@ class ShardedEnv:
 
     def step(self, action: torch.Tensor):
         outs = self._get([w.step.remote(a) for w, a in zip(self.workers, action.split(self.sizes))])
+        if any("final_obs" in o[4] for o in outs):  # a worker with no episode end sent none (EnvWorker.step)
+            for obs, _, done, _, info in outs:
+                info.setdefault("final_obs", obs)  # read only where an episode ended: none did here
+                info.setdefault("_final_obs", torch.zeros_like(done))
         return tuple(join([o[j] for o in outs], self.sizes) for j in range(5))
 
 

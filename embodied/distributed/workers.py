@@ -43,6 +43,9 @@ def load_weights(policy: torch.nn.Module, state: dict[str, torch.Tensor]) -> Non
         own[name].copy_(value)
 
 
+FINAL = ("final_obs", "_final_obs")  # gymnasium's same-step autoreset entries: a whole observation each step
+
+
 def _setup(config: dict) -> torch.device:
     torch.set_num_threads(int(config["threads"]))
     torch.manual_seed(config["seed"])  # the same construction order as the learner's (Trainer.__init__)
@@ -113,7 +116,10 @@ class EnvWorker:
         return self.env.reset(seed=seed)
 
     def step(self, action: torch.Tensor):
-        return self.env.step(action)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if not bool((terminated | truncated).any()):  # final_obs is read only where an episode ended: not sent
+            info = {k: v for k, v in info.items() if k not in FINAL}
+        return obs, reward, terminated, truncated, info
 
     def where(self) -> dict:
         return where()
