@@ -10,7 +10,7 @@ from pathlib import Path
 
 from embodied.distributed.collector import connect, import_ray
 from embodied.distributed.config import ClusterConfig
-from embodied.distributed.workers import LearnerWorker
+from embodied.distributed.workers import where
 
 
 class RemoteLearner:
@@ -42,3 +42,23 @@ class RemoteLearner:
             self.ray.kill(self.actor)
         if self.started and self.ray.is_initialized():
             self.ray.shutdown()
+
+
+class LearnerWorker:
+    """cluster.learner=actor: the run's runner (Trainer, Pipeline) in a Ray actor; its collection workers are
+    actors it starts in turn."""
+
+    def build(self, config: dict, run_dir: str) -> tuple[int, int]:
+        """The runner, new or resumed; its (iteration, env_steps). A method, not __init__, so that a bad config's
+        error reaches the caller as itself (ConfigError), not as a dead actor."""
+        from embodied.runner.pipeline import runner_class
+
+        resume = config.get("resume")
+        self.runner = runner_class(resume).resume(resume) if resume else runner_class(config)(config, run_dir)
+        return self.runner.iteration, self.runner.env_steps
+
+    def learn(self) -> dict:
+        return self.runner.learn()
+
+    def where(self) -> dict:
+        return where()

@@ -20,6 +20,7 @@ import torch
 
 from embodied.build import make_algo, make_env, make_policy
 from embodied.device import resolve_device
+from embodied.runner.collectors import make_local_collector
 
 
 def weights(policy: torch.nn.Module, full: bool = False) -> dict[str, torch.Tensor]:
@@ -56,13 +57,11 @@ class CollectorWorker:
     """colocated: `num_envs` envs, a policy copy and the collector the single-process Trainer would use."""
 
     def __init__(self, config: dict, num_envs: int):
-        from embodied.runner.trainer import TrainConfig, make_collector  # the one place collectors are chosen
-
         self.env = make_env(config, num_envs, _setup(config))
         self.policy = make_policy(config, self.env)
         algo = make_algo(config["algo"], self.policy)  # only for its kind of rollouts (group size)
-        self.collector = make_collector(self.env, self.policy, algo, TrainConfig(num_envs=num_envs,
-                                        rollout_steps=int(config["train"]["rollout_steps"])))
+        self.collector = make_local_collector(self.env, self.policy, algo, num_envs,
+                                              int(config["train"]["rollout_steps"]))
 
     def collect(self, state: dict, rng: torch.Tensor, reset_seed: int | None):
         """One rollout with the given weights and random state: (batch, episode stats, final random state)."""
@@ -79,26 +78,6 @@ class CollectorWorker:
     def crash(self) -> None:
         """Ends this worker's process at once, as a killed process would (fault tests)."""
         os._exit(1)
-
-
-class LearnerWorker:
-    """cluster.learner=actor: the run's runner (Trainer, Pipeline) in a Ray actor; its collection workers are
-    actors it starts in turn."""
-
-    def build(self, config: dict, run_dir: str) -> tuple[int, int]:
-        """The runner, new or resumed; its (iteration, env_steps). A method, not __init__, so that a bad config's
-        error reaches the caller as itself (ConfigError), not as a dead actor."""
-        from embodied.runner.pipeline import runner_class
-
-        resume = config.get("resume")
-        self.runner = runner_class(resume).resume(resume) if resume else runner_class(config)(config, run_dir)
-        return self.runner.iteration, self.runner.env_steps
-
-    def learn(self) -> dict:
-        return self.runner.learn()
-
-    def where(self) -> dict:
-        return where()
 
 
 class EnvWorker:

@@ -21,12 +21,13 @@ from embodied.algorithms.losses import NonFiniteLossError
 from embodied.build import make_algo, make_env, make_policy, needs
 from embodied.config import ConfigError, build_config, check
 from embodied.device import resolve_device
-from embodied.rollout import Collector, GroupCollector
+from embodied.rollout import Collector
 from embodied.runner import checkpoint, init_from
+from embodied.runner.collectors import collector_kind, make_local_collector
 from embodied.runner.evaluate import evaluate
 from embodied.runner.logger import RunLogger, plot_curve, truncate_metrics
 from embodied.text_env import TextEnv, instance_seed
-from embodied.text_rollout import TextCollector, evaluate_text
+from embodied.text_rollout import evaluate_text
 
 
 @dataclass(frozen=True)
@@ -67,26 +68,15 @@ def whole_budget(total: int, step: int, unit: str) -> int:
 
 
 def make_collector(env, policy, algo, cfg: TrainConfig, config: dict | None = None):
-    """What feeds the update: env steps (PPO), or groups of episodes from identical starts (GRPO, RLOO), on a
-    VecEnv from copied env states, on a text env from equal instance seeds. With `cluster=ray` in the run
-    `config`, the same collector runs on Ray workers (embodied/distributed)."""
-    groups = getattr(algo, "needs_group_rollouts", False)
-    if isinstance(env, TextEnv):  # whole episodes: groups per task instance (GRPO, RLOO) or one each (PPO)
-        check(groups or getattr(policy, "value_head", None) is not None,
-              f"algo={type(algo).__name__.lower()} on a text env needs a critic: policy.value_head=true (PPO with a "
-              "value per token), or a critic-free algo=grpo (algo.advantage=rloo for leave-one-out)")
-    kind = TextCollector if isinstance(env, TextEnv) else GroupCollector if groups else Collector
+    """The collector the algorithm needs (embodied/runner/collectors.py); with `cluster=ray` in the run `config`,
+    the same collector on Ray workers (embodied/distributed)."""
     cluster = (config or {}).get("cluster") or {"name": "local"}
-    if cluster["name"] == "ray":
-        from embodied.distributed.collector import ClusterConfig, RayCollector
+    if cluster["name"] != "ray":
+        return make_local_collector(env, policy, algo, cfg.num_envs, cfg.rollout_steps)
+    from embodied.distributed.collector import ClusterConfig, RayCollector
 
-        settings = build_config(ClusterConfig, {k: v for k, v in cluster.items() if k != "name"}, "cluster")
-        return RayCollector(config, settings, policy, kind, cfg.num_envs, cfg.rollout_steps)
-    if kind is TextCollector:
-        return TextCollector(env, policy, cfg.num_envs, algo.config.group_size if groups else 1)
-    if kind is GroupCollector:
-        return GroupCollector(env, policy, algo.config.group_size)
-    return Collector(env, policy, cfg.rollout_steps)
+    settings = build_config(ClusterConfig, {k: v for k, v in cluster.items() if k != "name"}, "cluster")
+    return RayCollector(config, settings, policy, collector_kind(env, policy, algo), cfg.num_envs, cfg.rollout_steps)
 
 
 class Trainer:
