@@ -27,9 +27,10 @@ def weights(policy: torch.nn.Module, full: bool = False) -> dict[str, torch.Tens
     """What a copy needs to act as `policy` does now: its trainable parameters and its buffers (observation
     normalizers), or its whole state (`full`: a worker's first sync, when frozen weights came from init_from)."""
     if full:
-        return {k: v.detach().clone() for k, v in policy.state_dict().items()}
-    out = {name: p.detach().clone() for name, p in policy.named_parameters() if p.requires_grad}
-    out.update({name: b.detach().clone() for name, b in policy.named_buffers()})
+        return {k: v.detach() for k, v in policy.state_dict().items()}
+    # no copies: `ray.put` serializes them at once, before the learner's next step changes them
+    out = {name: p.detach() for name, p in policy.named_parameters() if p.requires_grad}
+    out.update({name: b.detach() for name, b in policy.named_buffers()})
     return out
 
 
