@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_ppo.py                         # quadrotor_hover, 4096 envs x 16 steps
     .venv/bin/python benchmarks/bench_ppo.py --env arm_reach --rounds 3 --frameworks ours,rsl_rl
     .venv/bin/python benchmarks/bench_ppo.py --profile               # where one of our iterations spends its time
+    python benchmarks/bench_ppo.py --device cuda --num-envs 1024       # all three on one GPU (scripts/gpu_check.sh)
 
 All three train the same torch VecEnv class (ours directly, the peers through
 benchmarks/adapters.py) with the same networks and PPO settings, taken from our
@@ -56,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sb3-iters", type=int, default=None, help="SB3's timed iterations per round (default: --iters)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--device", default="cpu", help="torch device for all three (env, networks, update): cpu or cuda")
     p.add_argument("--frameworks", default=",".join(FRAMEWORKS), help=f"comma list of {', '.join(FRAMEWORKS)}")
     p.add_argument("--no-sb3-vecnormalize", action="store_true", help="SB3 without VecNormalize (no obs normalization)")
     p.add_argument("--seed", type=int, default=0)
@@ -82,6 +84,7 @@ class Settings:
     steps: int
     seed: int
     threads: int
+    device: str
     ppo: PPOConfig
     mlp: MLPConfig
 
@@ -144,7 +147,7 @@ class Ours:
     def __init__(self, s: Settings):
         p, m = s.ppo, s.mlp
         config = {
-            "name": "bench_ppo", "seed": s.seed, "threads": s.threads, "device": "cpu",
+            "name": "bench_ppo", "seed": s.seed, "threads": s.threads, "device": s.device,
             "env": {"name": s.env},
             "policy": {"name": "mlp", **dataclasses.asdict(m)},
             "algo": {"name": "ppo", **dataclasses.asdict(p)},
@@ -173,7 +176,7 @@ class RslRl:
 
         p, m = s.ppo, s.mlp
         activation = {"silu": "swish"}.get(m.activation, m.activation)  # rsl_rl's name for SiLU
-        env = RslRlVecEnv(make_env({"env": {"name": s.env}}, s.num_envs, torch.device("cpu")), seed=s.seed)
+        env = RslRlVecEnv(make_env({"env": {"name": s.env}}, s.num_envs, torch.device(s.device)), seed=s.seed)
         train_cfg = {
             "num_steps_per_env": s.steps,
             "save_interval": 10**9,
@@ -209,7 +212,7 @@ class RslRl:
             },
         }
         with contextlib.redirect_stdout(io.StringIO()):  # it prints both models and the obs groups
-            self.runner = OnPolicyRunner(env, train_cfg, log_dir=None, device="cpu")
+            self.runner = OnPolicyRunner(env, train_cfg, log_dir=None, device=s.device)
 
     def run(self, iterations: int) -> None:
         self.runner.learn(num_learning_iterations=iterations)
@@ -226,7 +229,7 @@ class Sb3:
 
         p, m = s.ppo, s.mlp
         self.steps_per_iteration = s.num_envs * s.steps
-        venv = Sb3VecEnv(make_env({"env": {"name": s.env}}, s.num_envs, torch.device("cpu")))
+        venv = Sb3VecEnv(make_env({"env": {"name": s.env}}, s.num_envs, torch.device(s.device)))
         if vecnormalize and m.normalize_obs:
             # clip_obs=inf: ours and rsl_rl normalize without clipping
             venv = VecNormalize(venv, norm_obs=True, norm_reward=False, clip_obs=math.inf, gamma=p.gamma)
@@ -237,7 +240,7 @@ class Sb3:
             gamma=p.gamma, gae_lambda=p.lam, clip_range=p.clip, clip_range_vf=p.value_clip,
             normalize_advantage=p.normalize_advantage, ent_coef=p.entropy_coef,
             vf_coef=0.5 * p.value_coef,  # SB3's F.mse_loss has no 0.5; ours does
-            max_grad_norm=p.max_grad_norm, target_kl=None, seed=s.seed, device="cpu", verbose=0,
+            max_grad_norm=p.max_grad_norm, target_kl=None, seed=s.seed, device=s.device, verbose=0,
             policy_kwargs={
                 "net_arch": {"pi": list(m.actor_hidden), "vf": list(m.critic_hidden)},
                 "activation_fn": act,
@@ -265,7 +268,23 @@ def build(name: str, s: Settings, args: argparse.Namespace):
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    return Settings(args.env, args.num_envs, args.steps, args.seed, args.threads, PPOConfig(), MLPConfig())
+    return Settings(args.env, args.num_envs, args.steps, args.seed, args.threads, args.device, PPOConfig(), MLPConfig())
+
+
+def sync(device: str) -> None:
+    """Wait for queued CUDA kernels, so a timer read after it counts them (a no-op on the CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def flops_per_env_step(policy: torch.nn.Module, epochs: int) -> float:
+    """Model FLOPs per env step: actor+critic forward at collection, forward+backward (3x) per epoch.
+
+    Counts the Linear layers' multiply-adds only (2 FLOPs each), the part a GEMM peak
+    (bench_gemm.py) bounds; activations, the optimizer and the env are left out.
+    """
+    macs = sum(m.in_features * m.out_features for m in policy.modules() if isinstance(m, torch.nn.Linear))
+    return 2 * macs * (1 + 3 * epochs)
 
 
 def benchmark(args: argparse.Namespace) -> dict[str, list[float]]:
@@ -276,14 +295,17 @@ def benchmark(args: argparse.Namespace) -> dict[str, list[float]]:
         start = time.perf_counter()
         runners[name] = build(name, s, args)
         runners[name].run(1)  # warm-up: allocations, first-call dispatch, lazy buffers
+        sync(s.device)
         print(f"built {name} + 1 warm-up iteration in {time.perf_counter() - start:.1f} s", flush=True)
     per_iteration = s.num_envs * s.steps
     rates: dict[str, list[float]] = {name: [] for name in runners}
     for r in range(args.rounds):
         for name, runner in runners.items():
             k = args.sb3_iters if name == "sb3" else args.iters
+            sync(s.device)
             start = time.perf_counter()
             runner.run(k)
+            sync(s.device)
             seconds = time.perf_counter() - start
             rates[name].append(k * per_iteration / seconds)
             rate = rates[name][-1]
@@ -292,10 +314,12 @@ def benchmark(args: argparse.Namespace) -> dict[str, list[float]]:
     return rates
 
 
-def summarize(rates: dict[str, list[float]]) -> str:
-    lines = ["| framework | median env-steps/s | min - max | rounds |", "|---|---|---|---|"]
+def summarize(rates: dict[str, list[float]], flops: float) -> str:
+    lines = [f"| framework | median env-steps/s | min - max | rounds | model GFLOP/s ({flops / 1e3:.0f} kFLOP/step) |",
+             "|---|---|---|---|---|"]
     for name, xs in rates.items():
-        lines.append(f"| {name} | {statistics.median(xs):,.0f} | {min(xs):,.0f} - {max(xs):,.0f} | {len(xs)} |")
+        lines.append(f"| {name} | {statistics.median(xs):,.0f} | {min(xs):,.0f} - {max(xs):,.0f} | {len(xs)} "
+                     f"| {statistics.median(xs) * flops / 1e9:.1f} |")
     peers = [peer for peer in ("rsl_rl", "sb3") if "ours" in rates and peer in rates]
     if peers:
         lines.append("")
@@ -427,13 +451,16 @@ def profile_ours(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), env {args.env}, "
+    where = torch.cuda.get_device_name(0) if torch.device(args.device).type == "cuda" else "cpu"
+    print(f"torch {torch.__version__}, {where}, {torch.get_num_threads()} thread(s), env {args.env}, "
           f"{args.num_envs} envs x {args.steps} steps, date {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
     if args.profile:
         print(profile_ours(args))
         return
     rates = benchmark(args)
-    print("\n" + summarize(rates))
+    s = settings_from(args)
+    policy = Ours(s).trainer.policy  # the same networks all three train
+    print("\n" + summarize(rates, flops_per_env_step(policy, s.ppo.epochs)))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.config import check
+from embodied.device import resolve_device
 from embodied.envs import StepResult, VecEnv
 from embodied.registry import MissingExtraError
 from embodied.specs import Spec, encode_text, text_spec
@@ -79,7 +80,7 @@ class IsaacGymEnv(VecEnv):
         self.task = task if task is not None else _make_task(config, num_envs, str(device))
         t = self.task
         self.num_envs = t.num_envs
-        self.device = torch.device(t.rl_device)
+        self.device = resolve_device(str(t.rl_device))
         # VecTask's timeout rule: progress_buf >= max_episode_length - 1
         self.max_episode_steps = int(t.max_episode_length) - 1
         clip = float(t.clip_obs)

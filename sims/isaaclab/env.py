@@ -39,6 +39,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.config import check
+from embodied.device import resolve_device
 from embodied.envs import StepResult, VecEnv
 from embodied.registry import MissingExtraError
 from embodied.specs import Spec, encode_text, text_spec
@@ -75,7 +76,7 @@ class IsaacLabEnv(VecEnv):
         base = self.isaac_env.unwrapped
         self.base = base
         self.num_envs = int(base.num_envs)
-        self.device = torch.device(base.device)
+        self.device = resolve_device(str(base.device))
         self.max_episode_steps = int(base.max_episode_length)
         spaces = base.single_observation_space
         self.observation_spec = {keys.STATE: Spec((_flat_dim(spaces["policy"]),), torch.float32)}

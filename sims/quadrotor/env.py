@@ -54,6 +54,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.config import check
+from embodied.device import resolve_device
 from embodied.envs import StepResult, VecEnv
 from embodied.specs import Meaning, Spec
 from sims.quadrotor import disturbance
@@ -144,7 +145,7 @@ class _QuadrotorEnv(VecEnv):
         if not isinstance(config, self.Config):
             raise TypeError(f"{type(self).__name__} needs a {self.Config.__name__}, got {type(config).__name__}")
         check(num_envs >= 1, f"num_envs={num_envs} must be >= 1")
-        self.config, self.num_envs, self.device = config, num_envs, torch.device(device)
+        self.config, self.num_envs, self.device = config, num_envs, resolve_device(str(device))
         self.params = p = CrazyflieParams()
         self.max_episode_steps = max(1, round(config.episode_s / config.dt))
         self.action_spec = Spec((4,), torch.float32, -1.0, 1.0, meaning=Meaning.MOTOR_COMMAND)

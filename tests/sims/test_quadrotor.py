@@ -258,7 +258,7 @@ def test_config_validation_and_registry():
     assert isinstance(registry.build("env", "quadrotor_waypoint", {"num_waypoints": 2}), QuadrotorWaypointEnv)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_cuda_steps_like_cpu():
     cpu = QuadrotorHoverEnv(HoverConfig(), 64)
     gpu = QuadrotorHoverEnv(HoverConfig(), 64, device="cuda")
