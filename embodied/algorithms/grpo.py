@@ -13,7 +13,7 @@ batch entries (leading dim B = one sequence / episode each):
     action    the sampled actions, e.g. tokens [B, L]
     log_prob  [B] or [B, L]  log-probs at sampling time (the "old" policy)
     reward    [B]            one scalar per sequence / episode
-    group     [B] int64      which samples share a prompt
+    group     [B] int64      which samples share a prompt (minibatches keep a group's rows together)
     mask      [B, L] bool    optional, True on real tokens (right padding is False)
     extras    optional, handed to `policy.evaluate`
     ref_log_prob  optional, like log_prob: reference log-probs for the KL term;
@@ -107,11 +107,10 @@ class GRPO:
             batch = batch.clone(False)
             batch[keys.LOG_PROB], advantage = decoupled(self.policy, batch, advantage, batch[keys.STALENESS],
                                                         cfg.behaviour_cap, cfg.minibatches)
-        size = batch.batch_size[0]
         totals: dict[str, torch.Tensor] = {}
         steps = 0
         for _ in range(cfg.epochs):
-            for index in torch.randperm(size, device=self.device).chunk(cfg.minibatches):
+            for index in group_order(batch[keys.GROUP]).chunk(cfg.minibatches):
                 for name, value in self._step(batch[index], advantage[index]).items():
                     totals[name] = totals.get(name, 0.0) + value
                 steps += 1
@@ -162,3 +161,14 @@ class GRPO:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+def group_order(group: torch.Tensor) -> torch.Tensor:
+    """A random order of the rows [B] that keeps each group's rows together (the groups shuffled), so that equal
+    minibatch chunks hold whole groups (but where a chunk boundary splits one): a policy can then run a group's
+    shared prompt once (LMPolicy's share_prefix). veRL's minibatches are likewise consecutive slices of a batch laid
+    out prompt by prompt. No host sync."""
+    ids, rows = group.sort(stable=True)
+    dense = torch.cat([ids.new_zeros(1), (ids[1:] != ids[:-1]).long()]).cumsum(0)  # 0, 0, 1, 1, ...: group number
+    rank = torch.randperm(len(group), device=group.device)[dense]  # one distinct random rank per group
+    return rows[rank.argsort(stable=True)]
