@@ -36,6 +36,7 @@ import types
 from pathlib import Path
 
 import torch
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
@@ -58,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     p.add_argument("--device", default="cpu", help="torch device for all three (env, networks, update): cpu or cuda")
+    p.add_argument("--env-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an env config value for all three, e.g. cuda_graph=true (repeatable; YAML values)")
     p.add_argument("--frameworks", default=",".join(FRAMEWORKS), help=f"comma list of {', '.join(FRAMEWORKS)}")
     p.add_argument("--no-sb3-vecnormalize", action="store_true", help="SB3 without VecNormalize (no obs normalization)")
     p.add_argument("--seed", type=int, default=0)
@@ -66,6 +69,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.sb3_iters = args.iters if args.sb3_iters is None else args.sb3_iters
     args.frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
+    if any("=" not in item for item in args.env_set):
+        p.error(f"--env-set takes KEY=VALUE, got {args.env_set}")
+    args.env_config = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.env_set)}
     unknown = set(args.frameworks) - set(FRAMEWORKS)
     if unknown:
         p.error(f"unknown frameworks {sorted(unknown)}; valid: {', '.join(FRAMEWORKS)}")
@@ -79,14 +85,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 class Settings:
     """Everything the three frameworks must agree on; PPO and network values are our defaults."""
 
-    env: str
+    env_name: str
     num_envs: int
     steps: int
     seed: int
     threads: int
     device: str
+    env_config: dict
     ppo: PPOConfig
     mlp: MLPConfig
+
+    @property
+    def env(self) -> dict:
+        """The env's config section: its name and the --env-set values."""
+        return {"name": self.env_name, **self.env_config}
 
     @property
     def minibatch(self) -> int:
@@ -100,7 +112,7 @@ def hyperparameter_table(s: Settings, sb3_vecnormalize: bool) -> str:
     hidden = f"{list(m.actor_hidden)}/{list(m.critic_hidden)} {m.activation.upper()}, separate"
     vclip = f"{p.value_clip} (max of clipped/unclipped)" if p.value_clip else "off"
     rows = [
-        ("env", s.env, "same class via RslRlVecEnv", "same class via Sb3VecEnv (numpy)"),
+        ("env", " ".join([s.env_name, *(f"{k}={v}" for k, v in s.env_config.items())]), "same class via RslRlVecEnv", "same class via Sb3VecEnv (numpy)"),
         ("num_envs x steps", f"{s.num_envs} x {s.steps}", "same", "same (n_envs, n_steps)"),
         ("epochs x minibatches", f"{p.epochs} x {p.minibatches} (mb {s.minibatch})", "same",
          f"n_epochs {p.epochs}, batch_size {s.minibatch}"),
@@ -148,7 +160,7 @@ class Ours:
         p, m = s.ppo, s.mlp
         config = {
             "name": "bench_ppo", "seed": s.seed, "threads": s.threads, "device": s.device,
-            "env": {"name": s.env},
+            "env": s.env,
             "policy": {"name": "mlp", **dataclasses.asdict(m)},
             "algo": {"name": "ppo", **dataclasses.asdict(p)},
             "train": {"num_envs": s.num_envs, "rollout_steps": s.steps, "progress": False},
@@ -176,7 +188,7 @@ class RslRl:
 
         p, m = s.ppo, s.mlp
         activation = {"silu": "swish"}.get(m.activation, m.activation)  # rsl_rl's name for SiLU
-        env = RslRlVecEnv(make_env({"env": {"name": s.env}}, s.num_envs, torch.device(s.device)), seed=s.seed)
+        env = RslRlVecEnv(make_env({"env": s.env}, s.num_envs, torch.device(s.device)), seed=s.seed)
         train_cfg = {
             "num_steps_per_env": s.steps,
             "save_interval": 10**9,
@@ -229,7 +241,7 @@ class Sb3:
 
         p, m = s.ppo, s.mlp
         self.steps_per_iteration = s.num_envs * s.steps
-        venv = Sb3VecEnv(make_env({"env": {"name": s.env}}, s.num_envs, torch.device(s.device)))
+        venv = Sb3VecEnv(make_env({"env": s.env}, s.num_envs, torch.device(s.device)))
         if vecnormalize and m.normalize_obs:
             # clip_obs=inf: ours and rsl_rl normalize without clipping
             venv = VecNormalize(venv, norm_obs=True, norm_reward=False, clip_obs=math.inf, gamma=p.gamma)
@@ -268,7 +280,8 @@ def build(name: str, s: Settings, args: argparse.Namespace):
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    return Settings(args.env, args.num_envs, args.steps, args.seed, args.threads, args.device, PPOConfig(), MLPConfig())
+    return Settings(args.env, args.num_envs, args.steps, args.seed, args.threads, args.device, args.env_config,
+                    PPOConfig(), MLPConfig())
 
 
 def sync(device: str) -> None:
@@ -435,7 +448,7 @@ def profile_ours(args: argparse.Namespace) -> str:
             covered += timers.seconds[key]
         return covered
 
-    head = (f"profile of ours: {n} iterations of {s.num_envs} envs x {s.steps} steps on {s.env}, {total:.2f} s, "
+    head = (f"profile of ours: {n} iterations of {s.num_envs} envs x {s.steps} steps on {s.env_name}, {total:.2f} s, "
             f"{n * s.num_envs * s.steps / total:,.0f} env-steps/s (timing wrappers{' + cProfile' if profiler else ''})")
     rows += [head, "", "| part | ms / iteration | share | calls / iteration |", "|---|---|---|---|"]
     covered = emit(parts)

@@ -74,9 +74,11 @@ def bench(sizes, rounds, steps_arg, threads, device, waypoint) -> list[dict]:
             config = HoverConfig()
             envs = {
                 "ours (indexed reset)": QuadrotorHoverEnv(HoverConfig(reset_mode="indexed"), n, device),
-                "ours (masked reset)": QuadrotorHoverEnv(HoverConfig(reset_mode="masked"), n, device),
+                "ours (masked reset)": QuadrotorHoverEnv(HoverConfig(reset_mode="masked", cuda_graph=False), n, device),
                 "reference": ReferenceHoverEnv(config, n, device),
             }
+            if device.startswith("cuda"):  # the masked step replayed as one CUDA graph (env.cuda_graph, the default there)
+                envs["ours (masked reset, CUDA graph)"] = QuadrotorHoverEnv(HoverConfig(reset_mode="masked"), n, device)
             if waypoint:  # the other task, for scale (the reference implements hover only)
                 envs["ours, waypoint task (indexed reset)"] = QuadrotorWaypointEnv(WaypointConfig(reset_mode="indexed"), n, device)
             gen = torch.Generator(device=device).manual_seed(0)

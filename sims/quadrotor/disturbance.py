@@ -111,11 +111,14 @@ class Disturbances:
     def set_rng(self, state: torch.Tensor) -> None:
         self._gen.set_state(state.cpu())
 
+    def draw(self, k: int) -> None:
+        """The uniform draws of the next `sample` of k candidates."""
+        self._noise[:, :k].uniform_(generator=self._gen)
+
     def sample(self, out: torch.Tensor) -> None:
-        """Fill D rows of k next-episode candidates, out [ROWS, k]; a component not drawn has no effect."""
-        k = out.shape[1]
-        u = self._noise[:, :k]
-        u.uniform_(generator=self._gen)
+        """Fill D rows of k next-episode candidates, out [ROWS, k], from the draws `draw(k)` left; a component not
+        drawn has no effect."""
+        u = self._noise[:, : out.shape[1]]
         pick = (len(MIXED) * u[16]).floor()  # mix: one of MIXED per episode
         on = {c: (pick == MIXED.index(c)) if self.mix else torch.full_like(pick, c in self.components, dtype=torch.bool)
               for c in COMPONENTS}

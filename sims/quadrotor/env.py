@@ -11,6 +11,9 @@ env and selects with one `torch.where` (no host sync: the choice on GPU);
 "indexed" samples only the finished envs, which needs `nonzero()` and so a host
 sync: free on CPU, where it was 1.1-1.45x faster at N=4096 and 65536
 (benchmarks/RESULTS.md).
+On CUDA the step is ~100 small kernels, so the sim is launch-bound below ~10^5 envs (1.3-1.7 ms per step
+from N = 4096 to 262144 on an H200): `cuda_graph` captures the masked step once and replays it, the
+uniform draws made before each replay from the same generator, so the stream of episodes is the eager one.
 
 Action [N, 4] in [-1, 1] (clipped): rotor-speed setpoints, monotone, with 0 =
 hover speed of the NOMINAL vehicle, -1 = 0 RPM, +1 = max RPM (piecewise linear
@@ -106,6 +109,10 @@ class QuadrotorConfig:
     obs_accelerometer: bool = False  # append the accelerometer (body-z specific force / g - 1), see the module doc
     # per-episode disturbances beyond the nominal randomization, sims/quadrotor/disturbance.py (none: the nominal env)
     disturbance: Literal["none", "push", "gust", "payload", "motor", "all", "mix"] = "none"
+    # on CUDA with the masked reset (reset_mode auto or masked): replay the step as one captured CUDA graph (module
+    # doc). The same results as the eager step (tests/sims/test_quadrotor.py); 6.3x fewer ms per step at N = 4096
+    # on an H200, PPO end-to-end 1.47x (benchmarks/RESULTS.md). Ignored on CPU
+    cuda_graph: bool = True
 
     def __post_init__(self):
         check(0 < self.dt <= 0.02, f"dt={self.dt} must be in (0, 0.02] s (RK4 accuracy and motor-lag stability)")
@@ -160,6 +167,8 @@ class _QuadrotorEnv(VecEnv):
         self.observation_spec = {keys.STATE: Spec((self._obs_dim,)), keys.PRIVILEGED: privileged}
         mode = config.reset_mode
         self._indexed_reset = mode == "indexed" or (mode == "auto" and self.device.type == "cpu")
+        self._graphed = config.cuda_graph and self.device.type == "cuda" and not self._indexed_reset
+        self._graph = None  # captured at the first step (CUDA and cuda_graph only)
         n, dev = num_envs, self.device
         new = lambda rows: row_buffer(rows, n, dev)  # noqa: E731
         col = lambda values: torch.tensor(values, dtype=torch.float32, device=dev).view(-1, 1)  # noqa: E731
@@ -246,6 +255,34 @@ class _QuadrotorEnv(VecEnv):
     def _step(self, action: torch.Tensor) -> StepResult:
         if tuple(action.shape) != (self.num_envs, 4):
             raise ValueError(f"action must be [{self.num_envs}, 4], got {list(action.shape)}")
+        if not self._graphed:
+            return self._physics_step(action, draw=True)
+        self._draw(self.num_envs)  # what the eager step's _sample draws, in the same order
+        if self._graph is None:
+            self._capture(action)
+        self._graph_action.copy_(action)
+        self._graph.replay()
+        obs, reward, terminated, truncated, info = self._graph_out  # the graph's own memory: copies out
+        info = {"final_obs": info["final_obs"].clone(), keys.SUCCESS: info[keys.SUCCESS].clone()}
+        return obs.clone(), reward.clone(), terminated.clone(), truncated.clone(), info
+
+    def _capture(self, action: torch.Tensor) -> None:
+        """Record one masked step into a CUDA graph reading `_graph_action` and the drawn noise. Capture runs nothing:
+        the state is untouched until the first replay."""
+        self._graph_action = action.detach().clone()
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):  # torch's recipe: allocations settle on a side stream before a capture
+            saved = self._s.clone()
+            self._physics_step(self._graph_action, draw=False)
+            self._s.copy_(saved)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            self._graph_out = self._physics_step(self._graph_action, draw=False)
+
+    def _physics_step(self, action: torch.Tensor, draw: bool) -> StepResult:
+        """The step after the shape check; draw=False: the uniform draws of `_sample` are already in place."""
         a, t = self._action, self.params.hover_fraction**2  # t: hover thrust / max thrust
         torch.clamp(action.detach().T, -1.0, 1.0, out=a)
         # thrust setpoint t + t a + (1 - 2t) relu(a), linear on each side of 0 with slopes t = 0.44 and
@@ -284,7 +321,7 @@ class _QuadrotorEnv(VecEnv):
                 final_obs[ids] = self._observe(finished)
         else:  # no sync: candidates for every env, selected where done
             final_obs = self._observe()
-            torch.where(done.view(1, -1), self._sample(self.num_envs), self._s, out=self._s)
+            torch.where(done.view(1, -1), self._sample(self.num_envs, draw), self._s, out=self._s)
             obs = self._observe()
         return obs, reward, terminated, truncated, {"final_obs": final_obs, keys.SUCCESS: success}
 
@@ -301,10 +338,18 @@ class _QuadrotorEnv(VecEnv):
         self._f_crash.copy_(crash)
         return self._task_update(crash)
 
-    def _sample(self, k: int) -> torch.Tensor:
-        """Next-episode candidates for k envs: the first k columns of self._init, [rows, k]."""
+    def _draw(self, k: int) -> None:
+        """The uniform draws of `_sample(k)`: the env's, then the disturbances' (each from its own generator)."""
+        self._noise[:, :k].uniform_(generator=self._gen)
+        if self._disturbance is not None:
+            self._disturbance.draw(k)
+
+    def _sample(self, k: int, draw: bool = True) -> torch.Tensor:
+        """Next-episode candidates for k envs: the first k columns of self._init, [rows, k]; draw=False: from the
+        noise `_draw` left."""
+        if draw:
+            self._draw(k)
         init, u = self._init[:, :k], self._noise[:, :k]
-        u.uniform_(generator=self._gen)
         torch.addcmul(self._box_bias, u[0:9], self._box_scale, out=init[:9])  # p, v, w
         # q = q_tilt (x) q_yaw = (cos a cos c, sin a cos b, sin a sin b, cos a sin c) for half tilt a,
         # half yaw c, and b = azimuth of the tilt axis - c, uniform on the circle like the azimuth.

@@ -274,6 +274,74 @@ def test_cuda_steps_like_cpu():
         alive &= ~(a[2] | a[3]) & ~(b[2] | b[3]).cpu()  # resets draw differently on each device
 
 
+
+def assert_same_step(a, b) -> None:
+    """Two StepResults equal: obs, reward, terminated, truncated, final_obs and success."""
+    for key in ("state", "privileged"):
+        torch.testing.assert_close(a[0][key], b[0][key])
+        torch.testing.assert_close(a[4]["final_obs"][key], b[4]["final_obs"][key])
+    for x, y in zip(a[1:4], b[1:4]):
+        torch.testing.assert_close(x, y)
+    torch.testing.assert_close(a[4]["success"], b[4]["success"])
+
+
+TASKS = {"hover": (QuadrotorHoverEnv, HoverConfig, {}),
+         "hover, mixed disturbances": (QuadrotorHoverEnv, HoverConfig, {"disturbance": "mix"}),
+         "waypoint": (QuadrotorWaypointEnv, WaypointConfig, {})}
+
+
+def make_task(task: str, device: str = "cpu", **config):
+    env_class, config_class, preset = TASKS[task]
+    return env_class(config_class(**preset, **config), 64, device)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_draws_made_before_the_step_give_the_eager_step(task):
+    """The CUDA-graph step draws the uniforms first (`_draw`), then runs the step on them (draw=False): on the CPU,
+    that order gives exactly the eager masked step, resets included, so a replayed graph does too."""
+    eager, split = make_task(task, reset_mode="masked"), make_task(task, reset_mode="masked")
+    eager.reset(seed=5)
+    split.reset(seed=5)
+    gen = torch.Generator().manual_seed(0)
+    ended = 0
+    for _ in range(150):
+        action = (0.8 * torch.randn(64, 4, generator=gen)).clamp(-1, 1)
+        a = eager.step(action)
+        split._draw(64)
+        b = split._physics_step(action, draw=False)
+        assert_same_step(a, b)
+        ended += int((a[2] | a[3]).sum())
+    assert ended > 10  # the comparison covered resets
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("task", TASKS)
+def test_cuda_graph_steps_like_the_eager_cuda_step(task):
+    """env.cuda_graph: the replayed graph gives the eager masked step's results on the same seed, through resets,
+    a snapshot restored mid-run and a re-seeded reset."""
+    eager = make_task(task, "cuda", reset_mode="masked", cuda_graph=False)
+    graphed = make_task(task, "cuda")  # the default on CUDA: masked reset, CUDA graph
+    gen = torch.Generator().manual_seed(0)
+
+    def run(steps: int) -> int:
+        ended = 0
+        for _ in range(steps):
+            action = (0.8 * torch.randn(64, 4, generator=gen)).clamp(-1, 1).cuda()
+            a, b = eager.step(action), graphed.step(action)
+            assert_same_step(a, b)
+            ended += int((a[2] | a[3]).sum())
+        return ended
+
+    eager.reset(seed=5)
+    graphed.reset(seed=5)
+    assert run(150) > 10 and graphed._graph is not None
+    graphed.set_state(eager.get_state())
+    run(20)
+    eager.reset(seed=9)
+    graphed.reset(seed=9)
+    run(20)
+
+
 def test_motor_estimate_tracks_the_rotors_of_the_nominal_vehicle():
     env = QuadrotorWaypointEnv(WaypointConfig(obs_motor_estimate=True, **NO_DR), 8)
     assert env.observation_spec["state"].shape == (29,)
