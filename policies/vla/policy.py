@@ -140,6 +140,9 @@ class VLAConfig:
     # and PPO raised the token entropy instead of the success (benchmarks/RESULTS.md, "VLA policy")
     critic: Literal["head", "mlp"] = "head"
     critic_hidden: tuple[int, ...] = (256, 256)  # widths of the "mlp" critic (DPPO's critic: 256 x 3)
+    # the "mlp" critic also reads obs["privileged"] (asymmetric actor-critic, Pinto et al. 2018): where the actor
+    # must find the goal in its cameras, the critic is told it (as policy=mlp's asymmetric_critic)
+    asymmetric_critic: bool = False
     vision: Literal["siglip", "vit", "cnn"] = "siglip"  # image encoder for images/<cam> observations
     vision_hidden: int = 32  # vision tower width
     vision_layers: int = 1  # vision tower layers
@@ -172,6 +175,8 @@ class VLAConfig:
         check(self.action_head == "bins" or self.decoding == "parallel",
               "policy.action_head=l1 regresses the parallel slots: set policy.decoding=parallel")
         check(self.critic in ("head", "mlp"), f"policy.critic={self.critic!r}: valid choices head, mlp")
+        check(not self.asymmetric_critic or self.critic == "mlp",
+              "policy.asymmetric_critic=true needs policy.critic=mlp (the value head reads the backbone only)")
         check(self.patch_size >= 1 and self.image_size >= 0, "policy.patch_size >= 1 and policy.image_size >= 0")
 
 
@@ -248,7 +253,10 @@ class VLAPolicy(Policy):
         self.value_head = self.critic = None
         if config.critic == "mlp":
             check(self.state_dim > 0, "policy.critic=mlp reads the 'state' observation, which this env lacks")
-            self.critic = value_mlp(self.state_dim, config.critic_hidden)
+            check(not config.asymmetric_critic or keys.PRIVILEGED in observation_spec,
+                  "policy.asymmetric_critic=true needs a 'privileged' observation, which this env lacks")
+            priv_dim = observation_spec[keys.PRIVILEGED].shape[0] if config.asymmetric_critic else 0
+            self.critic = value_mlp(self.state_dim + priv_dim, config.critic_hidden)
         else:
             self.value_head = nn.Linear(hidden, 1)
             nn.init.zeros_(self.value_head.weight)  # start at V = 0: the LM's hidden scale says nothing of returns
@@ -447,7 +455,10 @@ class VLAPolicy(Policy):
     def _value(self, obs: TensorDict, hidden: torch.Tensor | None) -> torch.Tensor:
         """V [B]: the separate critic's on the state, or the value head's on the last prefix hidden state [B, D]."""
         if self.critic is not None:
-            return self.critic(self.state_norm(obs[keys.STATE])).squeeze(-1)
+            inputs = self.state_norm(obs[keys.STATE])
+            if self.config.asymmetric_critic:
+                inputs = torch.cat([inputs, obs[keys.PRIVILEGED]], -1)
+            return self.critic(inputs).squeeze(-1)
         return self.value_head(hidden).squeeze(-1)
 
     def to_env_action(self, bins: torch.Tensor) -> torch.Tensor:

@@ -147,6 +147,23 @@ def test_image_observations_become_patch_tokens(vision):
     assert not torch.allclose(policy.evaluate(other, out.action, out.extras)[0], log_prob)  # the image matters
 
 
+
+def test_asymmetric_critic_reads_the_privileged_observation():
+    """policy.asymmetric_critic: the MLP critic also reads obs["privileged"] (the goal the cameras must find);
+    without it, or with the value head, a clear error."""
+    spec = {"state": Spec((3,)), "privileged": Spec((2,))}
+    action = Spec((2,), torch.float32, -1.0, 1.0)
+    torch.manual_seed(0)
+    policy = VLAPolicy(VLAConfig(critic="mlp", asymmetric_critic=True), spec, action)
+    obs = TensorDict({"state": torch.randn(4, 3), "privileged": torch.randn(4, 2)}, batch_size=[4])
+    other = obs.clone()
+    other["privileged"] = other["privileged"] + 1.0
+    assert not torch.allclose(policy.value(obs), policy.value(other))
+    with pytest.raises(ConfigError, match="needs policy.critic=mlp"):
+        VLAConfig(asymmetric_critic=True)
+    with pytest.raises(ConfigError, match="needs a 'privileged' observation"):
+        VLAPolicy(VLAConfig(critic="mlp", asymmetric_critic=True), {"state": Spec((3,))}, action)
+
 # --- checkpoints ------------------------------------------------------------------------------
 def test_openvla_style_directory_roundtrip(tmp_path):
     env = arm(3)
