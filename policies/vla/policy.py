@@ -143,7 +143,9 @@ class VLAConfig:
     # the "mlp" critic also reads obs["privileged"] (asymmetric actor-critic, Pinto et al. 2018): where the actor
     # must find the goal in its cameras, the critic is told it (as policy=mlp's asymmetric_critic)
     asymmetric_critic: bool = False
-    vision: Literal["siglip", "vit", "cnn"] = "siglip"  # image encoder for images/<cam> observations
+    # image encoder for images/<cam> observations: patch tokens (siglip, vit, cnn), or one spatial-softmax keypoint
+    # token per camera (keypoints: where a small target is, as the image MLP's encoder)
+    vision: Literal["siglip", "vit", "cnn", "keypoints"] = "siglip"
     vision_hidden: int = 32  # vision tower width
     vision_layers: int = 1  # vision tower layers
     patch_size: int = 8  # ViT/SigLIP patch size in pixels
@@ -162,7 +164,8 @@ class VLAConfig:
               f"policy.lora_rank={self.lora_rank} must be >= 0 and policy.lora_alpha={self.lora_alpha} > 0")
         check(not (self.lora_rank and self.freeze_backbone),
               "policy.lora_rank > 0 already freezes the backbone (only adapters train): unset policy.freeze_backbone")
-        check(self.vision in ("siglip", "vit", "cnn"), f"policy.vision={self.vision!r}: valid choices siglip, vit, cnn")
+        check(self.vision in ("siglip", "vit", "cnn", "keypoints"),
+              f"policy.vision={self.vision!r}: valid choices siglip, vit, cnn, keypoints")
         check(self.hidden >= 1 and self.layers >= 1 and self.heads >= 1 and self.hidden % self.heads == 0,
               f"policy.hidden={self.hidden} must be a positive multiple of policy.heads={self.heads}")
         check(self.vision_hidden % self.heads == 0, f"policy.vision_hidden={self.vision_hidden} must divide by heads")

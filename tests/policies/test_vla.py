@@ -128,7 +128,7 @@ def test_horizon_one_evaluates_an_action_without_extras():
     torch.testing.assert_close(log_prob, out.log_prob, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("vision", ["siglip", "vit", "cnn"])
+@pytest.mark.parametrize("vision", ["siglip", "vit", "cnn", "keypoints"])
 def test_image_observations_become_patch_tokens(vision):
     spec = {"state": Spec((3,)), "images/front": Spec((32, 32, 3), torch.uint8, 0, 255),
             "language": Spec((16,), torch.uint8, 0, 255)}
@@ -137,8 +137,9 @@ def test_image_observations_become_patch_tokens(vision):
     obs = TensorDict({"state": torch.randn(3, 3), "images/front": torch.randint(0, 256, (3, 32, 32, 3),
                       dtype=torch.uint8), "language": encode_text(["a", "bb", "ccc"], 16)}, batch_size=[3])
     obs = obs.unflatten_keys("/")
-    # 16 patches (8-pixel SigLIP/ViT patches of 32x32, or the CNN's 4x4 pool) + state + BOS + 16 bytes
-    assert policy.prefix(obs).shape[1] == 16 + (1 if vision == "vit" else 0) + 1 + 1 + 16
+    # 16 patches (8-pixel SigLIP/ViT patches of 32x32, or the CNN's 4x4 pool; one keypoint token) + state + BOS + 16 bytes
+    patches = 1 if vision == "keypoints" else 16 + (1 if vision == "vit" else 0)
+    assert policy.prefix(obs).shape[1] == patches + 1 + 1 + 16
     out = policy.act(obs)
     log_prob, _, _ = policy.evaluate(obs, out.action, out.extras)
     torch.testing.assert_close(log_prob, out.log_prob, atol=1e-4, rtol=1e-5)
