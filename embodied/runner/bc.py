@@ -34,6 +34,9 @@ class BCConfig:
     rows: Literal["all", "interventions"] = "all"  # interventions: only operator-corrected rows (HG-DAgger)
     distill_updates: int = 0  # steps distilling a one-step student (policies that have one: diffusion); 0 = skip
     eval_every: int = 500  # updates between evaluations (pipeline.online.eval_episodes episodes) and at the end
+    # shift every camera image of a BC batch by up to +-shift pixels, each row its own (DrQ's random shift, Kostrikov
+    # et al. 2020: replicate-pad 4 of 84 px, then crop back); 0 = off. Images only: the state is left as it is
+    shift: int = 0
 
     def __post_init__(self):
         check(self.updates >= 0 and self.lr > 0 and self.batch_size >= 1, "pipeline.bc: updates >= 0, lr > 0, batch_size >= 1")
@@ -42,6 +45,29 @@ class BCConfig:
         check(self.rows in ("all", "interventions"), f"pipeline.bc.rows={self.rows!r}: choose all or interventions")
         check(self.value_coef >= 0 and self.distill_updates >= 0, "pipeline.bc: value_coef and distill_updates >= 0")
         check(self.eval_every >= 1, f"pipeline.bc.eval_every={self.eval_every} must be >= 1")
+        check(self.shift >= 0, f"pipeline.bc.shift={self.shift} must be >= 0 (pixels)")
+
+
+def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
+    """uint8 images [B, H, W, C] -> the same shape, each moved by its own integer (dy, dx) in [-pad, pad], the border
+    repeated into the gap (DrQ's replicate padding and crop)."""
+    batch, height, width, _ = images.shape
+    padded = torch.nn.functional.pad(images.permute(0, 3, 1, 2).float(), (pad,) * 4, mode="replicate")
+    offset = torch.randint(0, 2 * pad + 1, (2, batch, 1), generator=generator).to(images.device)
+    rows = (offset[0] + torch.arange(height, device=images.device))[:, :, None]  # [B, H, 1]
+    cols = (offset[1] + torch.arange(width, device=images.device))[:, None, :]  # [B, 1, W]
+    moved = padded.permute(0, 2, 3, 1)[torch.arange(batch, device=images.device)[:, None, None], rows, cols]
+    return moved.to(images.dtype)
+
+
+def shift_images(batch: TensorDict, pad: int, generator: torch.Generator) -> TensorDict:
+    """Replace every obs["images", <camera>] of a freshly sampled batch by a random shift of it (`random_shift`), in
+    place; returns the batch."""
+    obs = batch[keys.OBS]
+    if keys.IMAGES in obs.keys():
+        for cam in list(obs[keys.IMAGES].keys()):
+            obs[keys.IMAGES, cam] = random_shift(obs[keys.IMAGES, cam], pad, generator)
+    return batch
 
 
 def bc_step(policy, optimizer: torch.optim.Optimizer, batch: TensorDict, value_coef: float = 0.0) -> dict[str, torch.Tensor]:

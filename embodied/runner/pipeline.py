@@ -42,7 +42,7 @@ from embodied.data.replay import MixedSampler, ReplayBuffer, ReplayWindows
 from embodied.data.sources import open_data
 from embodied.device import resolve_device
 from embodied.runner import checkpoint, init_from
-from embodied.runner.bc import BCConfig, bc_optimizer, bc_step
+from embodied.runner.bc import BCConfig, bc_optimizer, bc_step, shift_images
 from embodied.runner.evaluate import evaluate
 from embodied.runner.logger import RunLogger, plot_curve, read_metrics
 from embodied.runner.offpolicy import OffPolicyLoop, OnlineConfig
@@ -260,7 +260,10 @@ class Pipeline:
         stage_dir = self.run_dir / "bc"
         (stage_dir / "metrics.jsonl").unlink(missing_ok=True)  # short: an interrupted BC stage starts over
         for update in range(1, cfg.updates + 1):
-            losses = bc_step(policy, optimizer, source.sample(cfg.batch_size, self.generator), cfg.value_coef)
+            batch = source.sample(cfg.batch_size, self.generator)
+            if cfg.shift:
+                batch = shift_images(batch, cfg.shift, self.generator)
+            losses = bc_step(policy, optimizer, batch, cfg.value_coef)
             if schedule is not None:
                 schedule.step()
             if update % cfg.eval_every == 0 or update == cfg.updates:

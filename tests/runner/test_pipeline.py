@@ -235,3 +235,28 @@ def test_hg_dagger_clones_only_the_operator_rows(tmp_path, corrections):
     plain = ["pipeline.demos.episodes=0", f"data={corrections / 'plain.zarr'}", "pipeline.bc.rows=interventions"]
     with pytest.raises(ConfigError, match="hold no intervention rows"):
         Pipeline(compose(TINY + plain), tmp_path / "plain").learn()
+
+
+def test_random_shift_moves_each_image_by_its_own_offset_within_the_pad():
+    """pipeline.bc.shift (DrQ): every row moves by an integer (dy, dx) in [-pad, pad], the border repeated; the
+    interior of the image is the original's, displaced; a fixed generator gives the same shifts."""
+    from tensordict import TensorDict
+
+    from embodied.runner.bc import BCConfig, random_shift, shift_images
+
+    images = torch.arange(6 * 8 * 3, dtype=torch.int64).view(1, 6, 8, 3).repeat(16, 1, 1, 1).to(torch.uint8)
+    moved = random_shift(images, 2, torch.Generator().manual_seed(0))
+    assert moved.shape == images.shape and moved.dtype == torch.uint8
+    offsets = set()
+    for row in range(16):
+        found = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)
+                 if torch.equal(moved[row, 2:4, 2:6], images[row, 2 + dy:4 + dy, 2 + dx:6 + dx])]
+        assert len(found) == 1, row
+        offsets.add(found[0])
+    assert len(offsets) > 3  # rows differ
+    assert torch.equal(moved, random_shift(images, 2, torch.Generator().manual_seed(0)))
+    batch = TensorDict({"obs": {"state": torch.zeros(16, 2), "images": {"front": images.clone()}}}, batch_size=[16])
+    shift_images(batch, 2, torch.Generator().manual_seed(0))
+    assert torch.equal(batch["obs", "images", "front"], moved) and torch.equal(batch["obs", "state"], torch.zeros(16, 2))
+    with pytest.raises(ConfigError, match="pipeline.bc.shift"):
+        BCConfig(shift=-1)
