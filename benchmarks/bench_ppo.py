@@ -300,7 +300,8 @@ def flops_per_env_step(policy: torch.nn.Module, epochs: int) -> float:
     return 2 * macs * (1 + 3 * epochs)
 
 
-def benchmark(args: argparse.Namespace) -> dict[str, list[float]]:
+def benchmark(args: argparse.Namespace) -> tuple[dict[str, list[float]], float]:
+    """(env-steps/s per framework and round, model FLOPs per env step of the networks all three train)."""
     s = settings_from(args)
     print(hyperparameter_table(s, sb3_vecnormalize=not args.no_sb3_vecnormalize), flush=True)
     runners = {}
@@ -324,7 +325,8 @@ def benchmark(args: argparse.Namespace) -> dict[str, list[float]]:
             rate = rates[name][-1]
             print(f"round {r + 1}/{args.rounds} {name:7s} {k} it in {seconds:6.2f} s: {rate:>10,.0f} env-steps/s",
                   flush=True)
-    return rates
+    policy = (runners["ours"] if "ours" in runners else Ours(s)).trainer.policy
+    return rates, flops_per_env_step(policy, s.ppo.epochs)
 
 
 def summarize(rates: dict[str, list[float]], flops: float) -> str:
@@ -470,10 +472,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.profile:
         print(profile_ours(args))
         return
-    rates = benchmark(args)
-    s = settings_from(args)
-    policy = Ours(s).trainer.policy  # the same networks all three train
-    print("\n" + summarize(rates, flops_per_env_step(policy, s.ppo.epochs)))
+    rates, flops = benchmark(args)
+    print("\n" + summarize(rates, flops))
 
 
 if __name__ == "__main__":
