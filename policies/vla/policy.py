@@ -143,6 +143,11 @@ class VLAConfig:
     # the "mlp" critic also reads obs["privileged"] (asymmetric actor-critic, Pinto et al. 2018): where the actor
     # must find the goal in its cameras, the critic is told it (as policy=mlp's asymmetric_critic)
     asymmetric_critic: bool = False
+    # weight of an auxiliary loss in BC: a linear head on the camera features regresses obs["privileged"] (the goal the
+    # cameras show; standardized), so the vision tower learns where things are instead of which demo frame it sees.
+    # Training-time supervision only, as Levine et al. 2016 ("End-to-End Training of Deep Visuomotor Policies")
+    # pretrained their spatial-softmax vision layers on object positions; acting reads pixels alone. 0 = off
+    privileged_aux: float = 0.0
     # image encoder for images/<cam> observations: patch tokens (siglip, vit, cnn), or one spatial-softmax keypoint
     # token per camera (keypoints: where a small target is, as the image MLP's encoder)
     vision: Literal["siglip", "vit", "cnn", "keypoints"] = "siglip"
@@ -172,6 +177,7 @@ class VLAConfig:
         check(self.n_bins >= 2 and self.vocab_extra >= 0, "policy.n_bins must be >= 2 and policy.vocab_extra >= 0")
         check(self.horizon >= 1, f"policy.horizon={self.horizon} must be >= 1")
         check(self.temperature > 0, f"policy.temperature={self.temperature} must be > 0")
+        check(self.privileged_aux >= 0, f"policy.privileged_aux={self.privileged_aux} must be >= 0")
         check(self.decoding in ("autoregressive", "parallel"),
               f"policy.decoding={self.decoding!r}: valid choices autoregressive, parallel")
         check(self.action_head in ("bins", "l1"), f"policy.action_head={self.action_head!r}: valid choices bins, l1")
@@ -253,6 +259,14 @@ class VLAPolicy(Policy):
             offset = torch.full((self.action_dim,), (self.high + self.low) / 2)
             scale = torch.full((self.action_dim,), 2.0 / (self.high - self.low))
         self.action_norm = Normalizer(self.action_dim, offset, scale)
+        self.aux_head = None  # privileged_aux: camera features -> standardized privileged observation
+        if config.privileged_aux:
+            check(bool(self.cameras) and keys.PRIVILEGED in observation_spec,
+                  "policy.privileged_aux > 0 regresses the 'privileged' observation from camera images: this env "
+                  f"gives {sorted(observation_spec)}")
+            priv_dim = observation_spec[keys.PRIVILEGED].shape[0]
+            self.privileged_norm = Normalizer(priv_dim)
+            self.aux_head = nn.Linear(self.vision.dim * len(self.cameras), priv_dim)
         self.value_head = self.critic = None
         if config.critic == "mlp":
             check(self.state_dim > 0, "policy.critic=mlp reads the 'state' observation, which this env lacks")
@@ -271,15 +285,20 @@ class VLAPolicy(Policy):
                 module.p = 0.0
 
     # --- sequence pieces ----------------------------------------------------------------
-    def prefix(self, obs: TensorDict) -> torch.Tensor:
-        """obs [B] -> prefix embeddings [B, P, D]."""
-        embed = self.lm.get_input_embeddings()
-        parts = []
+    def camera_features(self, obs: TensorDict) -> list[torch.Tensor]:
+        """The vision tower's tokens of each camera, in camera-name order: [B, P, C] each."""
+        features = []
         for cam in self.cameras:
             pixels = obs[keys.IMAGES, cam].permute(0, 3, 1, 2).float() / 127.5 - 1.0  # SigLIP's [-1, 1] scaling
             if pixels.shape[-1] != self.image_size or pixels.shape[-2] != self.image_size:
                 pixels = F.interpolate(pixels, size=(self.image_size, self.image_size), mode="bilinear")
-            parts.append(self.projector(self.vision(pixels)))
+            features.append(self.vision(pixels))
+        return features
+
+    def prefix(self, obs: TensorDict, features: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """obs [B] -> prefix embeddings [B, P, D]; `features`: camera_features(obs), if already computed."""
+        embed = self.lm.get_input_embeddings()
+        parts = [self.projector(f) for f in (self.camera_features(obs) if features is None else features)]
         batch = obs.batch_size[0]
         if self.state_dim:
             parts.append(self.state_proj(self.state_norm(obs[keys.STATE])).unsqueeze(1))
@@ -346,11 +365,11 @@ class VLAPolicy(Policy):
                 out = self.lm(inputs_embeds=seq, use_cache=False, logits_to_keep=1)
         return torch.stack(ids, 1), torch.stack(log_probs, 1), value
 
-    def forward_actions(self, obs: TensorDict, ids: torch.Tensor | None):
+    def forward_actions(self, obs: TensorDict, ids: torch.Tensor | None, features: list[torch.Tensor] | None = None):
         """The one backbone pass over prefix and action positions: (its output, whose logits are those of the K
         action predictions, value [B]). Autoregressive: teacher-forced on ids [B, K], position P-1+k predicting
         a_{k+1}; parallel: over the placeholders, slot k predicting a_k (ids unused, may be None)."""
-        prefix = self.prefix(obs)
+        prefix = self.prefix(obs, features)
         if self.action_queries is not None:
             rest = self.action_queries.expand(prefix.shape[0], -1, -1)
         else:
@@ -371,14 +390,15 @@ class VLAPolicy(Policy):
         mask = mask.masked_fill(~allowed, torch.finfo(seq.dtype).min)
         return mask.expand(seq.shape[0], 1, length, length)
 
-    def token_log_probs(self, obs: TensorDict, ids: torch.Tensor | None, temperature: float):
+    def token_log_probs(self, obs: TensorDict, ids: torch.Tensor | None, temperature: float,
+                        features: list[torch.Tensor] | None = None):
         """One pass: (bin log-probs [B, K, n_bins] of each action token, value [B]); see forward_actions."""
-        out, value = self.forward_actions(obs, ids)
+        out, value = self.forward_actions(obs, ids, features)
         return self.bin_log_probs(out.logits, temperature), value
 
-    def regress(self, obs: TensorDict):
+    def regress(self, obs: TensorDict, features: list[torch.Tensor] | None = None):
         """action_head=l1: (normalized action chunk [B, H, A], unclamped, value [B]) from the parallel pass."""
-        out, value = self.forward_actions(obs, None)
+        out, value = self.forward_actions(obs, None, features)
         chunk = self.l1_head(out.hidden_states[-1][:, -self.tokens:]).view(-1, self.config.horizon, self.action_dim)
         return chunk.float(), value
 
@@ -413,17 +433,31 @@ class VLAPolicy(Policy):
     def bc_loss(self, batch: TensorDict) -> torch.Tensor:
         """Mean token cross-entropy (at temperature 1) of demo chunks: batch[action] [B, H, A], or
         [B, A] (a chunk whose first row alone is real); optional batch[mask] [B, H] marks real rows.
-        action_head=l1: the mean L1 distance of the normalized chunks instead (OpenVLA-OFT's loss)."""
+        action_head=l1: the mean L1 distance of the normalized chunks instead (OpenVLA-OFT's loss).
+        privileged_aux: plus that weight times privileged_loss."""
         chunk, mask = chunk_and_mask(batch, self.config.horizon, self.action_dim)
+        obs = batch[keys.OBS]
+        features = self.camera_features(obs) if self.aux_head is not None else None  # once for both terms
         if self.l1_head is not None:
-            predicted, _ = self.regress(batch[keys.OBS])
+            predicted, _ = self.regress(obs, features)
             error = (predicted - self.action_norm(chunk)).abs().mean(-1)  # [B, H]
-            return (error * mask).sum() / mask.sum().clamp(min=1)
-        bins = self.bins.tokenize(self.action_norm(chunk)).flatten(1)  # [B, K]
-        log_p, _ = self.token_log_probs(batch[keys.OBS], self.layout.action_ids(bins), 1.0)
-        nll = -log_p.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
-        weight = mask.repeat_interleave(self.action_dim, 1)
-        return (nll * weight).sum() / weight.sum().clamp(min=1)
+            loss = (error * mask).sum() / mask.sum().clamp(min=1)
+        else:
+            bins = self.bins.tokenize(self.action_norm(chunk)).flatten(1)  # [B, K]
+            log_p, _ = self.token_log_probs(obs, self.layout.action_ids(bins), 1.0, features)
+            nll = -log_p.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
+            weight = mask.repeat_interleave(self.action_dim, 1)
+            loss = (nll * weight).sum() / weight.sum().clamp(min=1)
+        if self.aux_head is not None:
+            loss = loss + self.config.privileged_aux * self.privileged_loss(obs, features)
+        return loss
+
+    def privileged_loss(self, obs: TensorDict, features: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """privileged_aux's term: mean squared error of the aux head on the cameras' features (each camera's tokens
+        averaged) against the standardized obs["privileged"]."""
+        features = self.camera_features(obs) if features is None else features
+        predicted = self.aux_head(torch.cat([f.mean(1) for f in features], -1))
+        return F.mse_loss(predicted, self.privileged_norm(obs[keys.PRIVILEGED]))
 
     # --- weights: what a run's checkpoints hold -----------------------------------------------
     def state_dict(self, *args, **kwargs) -> dict[str, Any]:
@@ -473,9 +507,12 @@ class VLAPolicy(Policy):
 
     @torch.no_grad()
     def fit_normalizers(self, dataset: TensorDict) -> None:
-        """Fit the state (mean/std) and action (min/max onto [-1, 1], the bins' range) normalizers."""
+        """Fit the state (mean/std), privileged (privileged_aux: mean/std) and action (min/max onto [-1, 1], the bins'
+        range) normalizers."""
         if self.state_dim:
             self.state_norm.fit(dataset[keys.OBS, keys.STATE], "mean_std")
+        if self.aux_head is not None:
+            self.privileged_norm.fit(dataset[keys.OBS, keys.PRIVILEGED], "mean_std")
         self.action_norm.fit(dataset[keys.ACTION], "min_max")
 
     # --- checkpoint directories (policies/vla/pretrained.py) ------------------------------

@@ -165,6 +165,39 @@ def test_asymmetric_critic_reads_the_privileged_observation():
     with pytest.raises(ConfigError, match="needs a 'privileged' observation"):
         VLAPolicy(VLAConfig(critic="mlp", asymmetric_critic=True), {"state": Spec((3,))}, action)
 
+@pytest.mark.parametrize("vision", ["cnn", "keypoints"])
+def test_privileged_aux_adds_the_camera_features_regression_of_privileged(vision):
+    """policy.privileged_aux: BC's loss gains w x the aux head's squared error on the standardized privileged
+    observation, from the cameras' features only; its gradient reaches the vision tower; acting ignores it."""
+    spec = {"state": Spec((3,)), "privileged": Spec((2,)), "images/front": Spec((32, 32, 3), torch.uint8, 0, 255),
+            "images/side": Spec((32, 32, 3), torch.uint8, 0, 255)}
+    action = Spec((2,), torch.float32, -1.0, 1.0)
+    obs = TensorDict({"state": torch.randn(6, 3), "privileged": torch.randn(6, 2) * 3 + 1,
+                      "images/front": torch.randint(0, 256, (6, 32, 32, 3), dtype=torch.uint8),
+                      "images/side": torch.randint(0, 256, (6, 32, 32, 3), dtype=torch.uint8)}, batch_size=[6])
+    batch = TensorDict({"obs": obs.unflatten_keys("/"), "action": torch.rand(6, 2) * 2 - 1}, batch_size=[6])
+    torch.manual_seed(0)
+    plain = VLAPolicy(VLAConfig(vision=vision), spec, action)
+    torch.manual_seed(0)
+    aux = VLAPolicy(VLAConfig(vision=vision, privileged_aux=0.5), spec, action)
+    aux.fit_normalizers(batch)
+    plain.load_state_dict({k: v for k, v in aux.state_dict().items() if not k.startswith(("aux_head", "privileged"))})
+    plain.action_norm.load_state_dict(aux.action_norm.state_dict())
+    features = torch.cat([aux.vision((batch["obs", "images", cam].permute(0, 3, 1, 2).float() / 127.5 - 1)).mean(1)
+                          for cam in ("front", "side")], -1)
+    privileged = batch["obs", "privileged"]
+    standardized = (privileged - privileged.mean(0)) / privileged.std(0, correction=0)
+    expected = ((aux.aux_head(features) - standardized) ** 2).mean()
+    torch.testing.assert_close(aux.bc_loss(batch), plain.bc_loss(batch) + 0.5 * expected, atol=1e-4, rtol=1e-4)
+    aux.zero_grad()
+    aux.privileged_loss(batch["obs"]).backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in aux.vision.parameters())
+    torch.testing.assert_close(aux.act(batch["obs"], deterministic=True).action,
+                               plain.act(batch["obs"], deterministic=True).action)
+    with pytest.raises(ConfigError, match="privileged_aux > 0 regresses the 'privileged' observation"):
+        VLAPolicy(VLAConfig(privileged_aux=1.0), {"state": Spec((3,)), "privileged": Spec((2,))}, action)
+
+
 # --- checkpoints ------------------------------------------------------------------------------
 def test_openvla_style_directory_roundtrip(tmp_path):
     env = arm(3)
