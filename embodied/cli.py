@@ -169,7 +169,9 @@ def train(argv: list[str]) -> int:
 
 def evaluate_cmd(argv: list[str]) -> int:
     import torch
+    import yaml
 
+    from embodied.config import ConfigError
     from embodied.device import resolve_device
     from embodied.runner import checkpoint
     from embodied.runner.evaluate import evaluate
@@ -187,6 +189,9 @@ def evaluate_cmd(argv: list[str]) -> int:
     parser.add_argument("--disturbance", default=None,
                         help="a disturbance preset of the env (quadrotor: none, push, gust, payload, motor, all, mix; "
                              "sims/quadrotor/disturbance.py); default: the run's own env.disturbance")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one env setting for this evaluation, e.g. --env language_shift=1 (arm_reach: "
+                             "the words name another ball); repeatable")
     args = parser.parse_args(argv)
     try:
         ckpt = checkpoint.find_checkpoint(args.path)
@@ -206,9 +211,21 @@ def evaluate_cmd(argv: list[str]) -> int:
             print(f"error: unknown --disturbance {args.disturbance!r}; {valid}", file=sys.stderr)
             return 1
         config = {**config, "env": {**config["env"], "disturbance": args.disturbance}}
+    overrides = {}
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"error: --env {item!r}: expected KEY=VALUE, e.g. --env language_shift=1", file=sys.stderr)
+            return 1
+        overrides[key] = yaml.safe_load(value)
+    config = {**config, "env": {**config["env"], **overrides}}
     disturbance = config["env"].get("disturbance", "none")
     torch.set_num_threads(int(config.get("threads", 1)))
-    env = make_env(config, args.episodes, resolve_device(args.device or config["device"]))
+    try:
+        env = make_env(config, args.episodes, resolve_device(args.device or config["device"]))
+    except ConfigError as err:  # an unknown key or a bad value: the env's own message names it
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     policy = make_policy(config, env)
     policy.load_state_dict(weights)
     deterministic = not args.stochastic and config["train"].get("eval_deterministic", True)  # the run's protocol
@@ -221,11 +238,14 @@ def evaluate_cmd(argv: list[str]) -> int:
         (ckpt / "eval.json").write_text(json.dumps(result, indent=1))
         return 0
     result = evaluate(policy, env, seed=args.seed, deterministic=deterministic)
+    changed = "".join(f", {k}={v}" for k, v in overrides.items())
     print(
         f"{config['name']}: success {result['success']:.1%} over {result['episodes']} episodes "
-        f"(disturbance {disturbance}), mean return {result['return']:.2f}, mean length {result['length']:.1f}  ({ckpt})"
+        f"(disturbance {disturbance}{changed}), mean return {result['return']:.2f}, mean length "
+        f"{result['length']:.1f}  ({ckpt})"
     )
-    (ckpt / "eval.json").write_text(json.dumps({**result, "seed": args.seed, "disturbance": disturbance}, indent=1))
+    (ckpt / "eval.json").write_text(json.dumps({**result, "seed": args.seed, "disturbance": disturbance,
+                                                "env": overrides}, indent=1))
     return 0
 
 

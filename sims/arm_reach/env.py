@@ -60,6 +60,10 @@ class ArmReachConfig:
     success_radius: float = 0.05  # m, gripper tip to goal-ball centre
     hold_steps: int = 5  # consecutive steps within success_radius that count as success
     goal_in_state: bool = True  # False: the goal is named only by `language`
+    # the instruction names the ball this many colors after the goal (red -> green -> blue -> red): 0 = the goal's
+    # own (training); 1 or 2 = another ball's, for evaluation only: a policy that follows the words goes to the
+    # named ball and fails, one that ignores them succeeds as often as with the true words
+    language_shift: int = 0
     distance_weight: float = 1.0  # reward per step per metre of tip-to-goal distance (negative)
     success_bonus: float = 10.0  # reward on the step that succeeds
     action_weight: float = 0.01  # reward per step per unit of squared action norm (negative)
@@ -80,6 +84,7 @@ class ArmReachConfig:
             check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be > 0")
         check(self.max_episode_steps > 0, f"max_episode_steps={self.max_episode_steps} must be > 0")
         check(self.hold_steps >= 1, f"hold_steps={self.hold_steps} must be >= 1")
+        check(0 <= self.language_shift < len(COLORS), f"language_shift={self.language_shift} must be 0, 1 or 2")
         check(self.hold_steps < self.max_episode_steps, "hold_steps must be < max_episode_steps")
         for name in ("distance_weight", "success_bonus", "action_weight", "init_noise", "min_ball_height"):
             check(getattr(self, name) >= 0, f"{name}={getattr(self, name)} must be >= 0")
@@ -276,7 +281,8 @@ class ArmReachEnv(VecEnv):
             (self.hold.float() / cfg.hold_steps).unsqueeze(-1),
             (self.steps.float() / cfg.max_episode_steps).unsqueeze(-1),
         ]
-        language = self.instructions[self.template * len(COLORS) + self.goal]
+        named = (self.goal + cfg.language_shift) % len(COLORS)
+        language = self.instructions[self.template * len(COLORS) + named]
         return TensorDict(
             {"state": torch.cat(parts, -1), "privileged": torch.cat(privileged, -1), "language": language},
             batch_size=[n],

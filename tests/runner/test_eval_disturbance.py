@@ -1,5 +1,5 @@
-"""`embodied eval <run> --disturbance <preset>`: the preset reaches the env, is printed and stored in eval.json,
-and a bad name is a clear error. In process, on an untrained policy's checkpoint (no training needed)."""
+"""`embodied eval <run> --disturbance <preset>` and `--env KEY=VALUE`: the setting reaches the env, is printed and
+stored in eval.json, and a bad name is a clear error. In process, on an untrained policy's checkpoint (no training needed)."""
 
 from __future__ import annotations
 
@@ -56,3 +56,25 @@ def test_unknown_preset_names_the_valid_ones(hover, capsys):
 def test_an_env_without_presets_says_so(tmp_path, capsys):
     code, _, err = evaluate(checkpoint(tmp_path, ["experiment=arm_reach"]), capsys, "--disturbance", "gust")
     assert code == 1 and "env arm_reach has no disturbance presets" in err
+
+
+def test_env_override_reaches_the_env_and_is_stored(tmp_path, capsys):
+    path = checkpoint(tmp_path, ["experiment=arm_reach_vla_bc", "env.goal_in_state=false"])  # the VLA reads words
+    returns = {}
+    for shift in (0, 1):
+        code, out, _ = evaluate(path, capsys, "--env", f"language_shift={shift}")
+        assert code == 0 and f"language_shift={shift})" in out
+        result = json.loads((path / "eval.json").read_text())
+        assert result["env"] == {"language_shift": shift}
+        returns[shift] = result["return"]
+    assert returns[0] != returns[1]  # the same episodes, other words: a policy reading them acts otherwise
+
+
+def test_env_override_errors_name_the_key(tmp_path, capsys):
+    path = checkpoint(tmp_path, ["experiment=arm_reach"])
+    code, _, err = evaluate(path, capsys, "--env", "language_shif=1")
+    assert code == 1 and "language_shif" in err
+    code, _, err = evaluate(path, capsys, "--env", "language_shift")
+    assert code == 1 and "expected KEY=VALUE" in err
+    code, _, err = evaluate(path, capsys, "--env", "language_shift=5")
+    assert code == 1 and "language_shift=5 must be 0, 1 or 2" in err

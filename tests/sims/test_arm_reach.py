@@ -136,6 +136,18 @@ def test_language_names_the_goal_and_varies():
     assert decode_text(env.reset(seed=3)[0]["language"]) != texts
 
 
+def test_language_shift_names_another_ball_of_the_same_episode():
+    true, shifted = make(64), make(64, language_shift=1)
+    texts, moved = decode_text(true.reset(seed=2)[0]["language"]), decode_text(shifted.reset(seed=2)[0]["language"])
+    phrasings = {t.format(c): c for t in TEMPLATES for c in COLORS}
+    assert torch.equal(true.goal, shifted.goal) and torch.equal(true.ball_pos, shifted.ball_pos)  # the same episodes
+    for text, goal in zip(moved, shifted.goal.tolist()):
+        assert phrasings[text] == COLORS[(goal + 1) % 3]
+    assert [t.split()[:-2] for t in texts] == [t.split()[:-2] for t in moved]  # the same template, another color
+    with pytest.raises(ConfigError, match="language_shift=3 must be 0, 1 or 2"):
+        make(1, language_shift=3)
+
+
 def test_observation_layout():
     env = make(8)
     obs, _ = env.reset(seed=4)
