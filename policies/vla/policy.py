@@ -152,6 +152,9 @@ class VLAConfig:
     # token per camera (keypoints: where a small target is, as the image MLP's encoder)
     vision: Literal["siglip", "vit", "cnn", "keypoints"] = "siglip"
     vision_hidden: int = 32  # vision tower width
+    # keep the vision tower's weights as built or loaded (init_from a BC run's checkpoint): RL then trains the rest,
+    # and skips the tower's backward pass
+    freeze_vision: bool = False
     vision_layers: int = 1  # vision tower layers
     patch_size: int = 8  # ViT/SigLIP patch size in pixels
     image_size: int = 0  # square side images are resized to; 0 = the camera's height
@@ -243,6 +246,7 @@ class VLAPolicy(Policy):
             check(self.image_size % config.patch_size == 0,
                   f"policy.patch_size={config.patch_size} must divide the image side {self.image_size}")
             self.vision = build_vision(config, self.image_size)
+            self.vision.requires_grad_(not config.freeze_vision)
             # Prismatic/OpenVLA project patch features into the LM with a small MLP
             self.projector = nn.Sequential(nn.Linear(self.vision.dim, hidden), nn.GELU(), nn.Linear(hidden, hidden))
         self.state_dim = observation_spec[keys.STATE].shape[0] if keys.STATE in observation_spec else 0

@@ -198,6 +198,22 @@ def test_privileged_aux_adds_the_camera_features_regression_of_privileged(vision
         VLAPolicy(VLAConfig(privileged_aux=1.0), {"state": Spec((3,)), "privileged": Spec((2,))}, action)
 
 
+def test_freeze_vision_keeps_the_tower_and_trains_the_rest():
+    spec = {"state": Spec((3,)), "images/front": Spec((32, 32, 3), torch.uint8, 0, 255)}
+    obs = TensorDict({"state": torch.randn(4, 3), "images/front": torch.randint(0, 256, (4, 32, 32, 3),
+                      dtype=torch.uint8)}, batch_size=[4]).unflatten_keys("/")
+    batch = TensorDict({"obs": obs, "action": torch.rand(4, 2) * 2 - 1}, batch_size=[4])
+    torch.manual_seed(0)
+    policy = VLAPolicy(VLAConfig(vision="keypoints", freeze_vision=True), spec, Spec((2,), torch.float32, -1.0, 1.0))
+    tower = {k: v.clone() for k, v in policy.vision.state_dict().items()}
+    rest = {k: v.clone() for k, v in policy.projector.state_dict().items()}
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    policy.bc_loss(batch).backward()
+    optimizer.step()
+    assert all(torch.equal(v, tower[k]) for k, v in policy.vision.state_dict().items())
+    assert not all(torch.equal(v, rest[k]) for k, v in policy.projector.state_dict().items())
+
+
 # --- checkpoints ------------------------------------------------------------------------------
 def test_openvla_style_directory_roundtrip(tmp_path):
     env = arm(3)
