@@ -96,16 +96,23 @@ def cached_model_dir(name: str) -> Path:
     return target
 
 
-def load_lm(model: str, dtype: torch.dtype = torch.float32, tokenizer: str = "", seed: int = 0):
+def load_lm(model: str, dtype: torch.dtype = torch.float32, tokenizer: str = "", seed: int = 0,
+            random_weights: bool = False):
     """(model, tokenizer) for `model`: a name in MODELS, TINY, or a causal-LM directory. `tokenizer`, if given
-    (a name or a directory), replaces the model's own; TINY sizes its vocabulary to it."""
+    (a name or a directory), replaces the model's own; TINY sizes its vocabulary to it. `random_weights`: the
+    model's architecture (its config) with transformers' fresh initialisation from the global torch seed instead
+    of its trained weights, and its own tokenizer: the control for what pretraining brings."""
     tok = load_tokenizer(tokenizer) if tokenizer else None
     if model == TINY:
         tok = tok or byte_tokenizer()
         return tiny_llama(tok, seed).to(dtype), tok
     path = cached_model_dir(model) if model in MODELS else Path(model)
     check_causal_lm_dir(path)
-    lm = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    if random_weights:
+        config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+        lm = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    else:
+        lm = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     return lm, tok or load_tokenizer(str(path))
 
 

@@ -113,6 +113,9 @@ class VLAConfig:
     # LoRA (Hu et al. 2021) on every linear layer of the backbone but its output head (peft's "all-linear", as
     # policies/lm); 0 = no adapters. 16 / 32: TRL's ModelConfig defaults (lora_r, lora_alpha), as LMConfig
     lora_rank: int = 0
+    # a pretrained backbone's architecture and tokenizer with freshly initialised weights (transformers' init) in
+    # place of its trained ones: the same-size random control for what pretraining brings (policies.lm.load.load_lm)
+    random_weights: bool = False
     lora_alpha: float = 32.0
     freeze_backbone: bool = False  # train none of the backbone: only the projections and the value head / critic
     hidden: int = 64  # backbone width: tiny, so CPU tests and rollouts run in seconds (OpenVLA: 4096)
@@ -167,6 +170,9 @@ class VLAConfig:
                 check_causal_lm_dir(Path(self.backbone))
             except ValueError as err:
                 raise ConfigError(f"policy.backbone={self.backbone!r}: {err}") from err
+        check(not self.random_weights or self.backbone not in RANDOM_BACKBONES,
+              f"policy.random_weights=true re-initialises a pretrained backbone; policy.backbone={self.backbone} is "
+              "already random")
         check(self.language_tokens >= 0, f"policy.language_tokens={self.language_tokens} must be >= 0")
         check(self.lora_rank >= 0 and self.lora_alpha > 0,
               f"policy.lora_rank={self.lora_rank} must be >= 0 and policy.lora_alpha={self.lora_alpha} > 0")
@@ -208,7 +214,7 @@ class VLAPolicy(Policy):
         self.low, self.high = action_spec.low, action_spec.high
         pretrained = config.backbone not in RANDOM_BACKBONES
         if backbone is None and pretrained:
-            backbone, tokenizer = load_lm(config.backbone)  # the language-agent path's loader
+            backbone, tokenizer = load_lm(config.backbone, random_weights=config.random_weights)  # the LM path's loader
         elif backbone is None:
             backbone = build_backbone(config, BYTE_OFFSET + 256 + config.n_bins + config.vocab_extra)
         if pretrained and tokenizer is None:
@@ -488,7 +494,7 @@ class VLAPolicy(Policy):
         every = dict(self.lm.named_parameters(remove_duplicate=False))
         unique = dict(self.lm.named_parameters())
         names = {n for n in every if n not in unique}  # tied: saved under their first name only
-        if self.tokenizer is not None:
+        if self.tokenizer is not None and not self.config.random_weights:  # random ones are not supplied again
             names |= {n for n, p in unique.items() if not p.requires_grad}
         return {"lm." + n for n in names}
 

@@ -172,6 +172,31 @@ def test_run_checkpoints_hold_the_trained_tensors_and_reload_equal(lm_dir):
         fresh.load_state_dict({k: v for k, v in state.items() if "lora_" not in k})
 
 
+def test_random_weights_keep_the_architecture_and_tokenizer_and_checkpoint_whole(lm_dir):
+    """policy.random_weights: the directory's architecture and tokenizer, fresh weights (the control for what
+    pretraining brings); its checkpoints hold those random frozen weights, so a reload under another seed acts alike."""
+    env = arm(3)
+    obs, _ = env.reset(seed=0)
+    trained = pretrained(lm_dir, env, lora_rank=4)
+    torch.manual_seed(1)  # the directory's tiny Llama was itself drawn from seed 0
+    fresh = VLAPolicy(VLAConfig(backbone=str(lm_dir), n_bins=N_BINS, lora_rank=4, random_weights=True),
+                      env.observation_spec, env.action_spec)
+    weights = dict(trained.lm.named_parameters())
+    shapes = {k: v.shape for k, v in fresh.lm.named_parameters()}
+    assert shapes == {k: v.shape for k, v in weights.items()}
+    assert not torch.equal(fresh.lm.get_input_embeddings().weight, trained.lm.get_input_embeddings().weight)
+    assert torch.equal(fresh.text(obs[keys.LANGUAGE]), trained.text(obs[keys.LANGUAGE]))  # the same tokenizer
+    state = fresh.state_dict()
+    assert any(k.startswith("lm.") and "lora_" not in k for k in state)  # the random frozen weights travel
+    torch.manual_seed(123)
+    again = VLAPolicy(VLAConfig(backbone=str(lm_dir), n_bins=N_BINS, lora_rank=4, random_weights=True),
+                      env.observation_spec, env.action_spec)
+    again.load_state_dict(state)
+    assert torch.equal(fresh.act(obs, True).log_prob, again.act(obs, True).log_prob)
+    with pytest.raises(ConfigError, match="policy.random_weights=true re-initialises a pretrained backbone"):
+        VLAConfig(random_weights=True)
+
+
 def test_a_tied_backbone_checkpoints_once(tmp_path):
     """SmolLM2 ties its output head to its input embedding: safetensors writes the tensor once, under one name."""
     import transformers
