@@ -90,6 +90,33 @@ def decoupled(policy, data: TensorDict, advantage: torch.Tensor, staleness: torc
     return proximal, advantage.reshape(*advantage.shape, *[1] * (weight.dim() - advantage.dim())) * weight
 
 
+@torch.no_grad()
+def current_values(policy, batch: TensorDict, staleness: torch.Tensor,
+                   chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(value, next_value) [T, N] for GAE and the value loss on an env-step rollout: the learner's current critic
+    on the steps collected with older weights (`staleness` > 0), as IMPALA's learner recomputes V for V-trace
+    (Espeholt et al. 2018). The values the collection stored come from a critic `staleness` updates old: trained
+    toward returns bootstrapped from them, the critic regresses on its own lagged estimates, and on
+    quadrotor_hover with cluster.max_staleness=1 it oscillated (value loss up to ~90) and the run ended at
+    0.5-5% success after 3M env steps; 97-99.6% with the current critic (seeds 0 and 1; issue 20). next_value
+    is V(obs[t + 1]) as the Collector built it; where the rollout holds no next observation (a time-limit cut's
+    final observation, the step after the last rollout step) it is the stored one moved by the critic's change
+    at step t, V_now(obs[t]) - V_then(obs[t]): with 16-step rollouts the last bootstrap carries most of the
+    lambda-returns' bootstrap weight (0.65 on average at gamma 0.99, lambda 0.95), and left stale it still held
+    the critic back (54% success against 90-93% moved or recomputed from the true observation, same seed).
+    Fresh data is returned as it is."""
+    value, next_value = batch[keys.VALUE], batch["next_value"]
+    stale = staleness > 0
+    if not bool(stale.any()):
+        return value, next_value
+    obs = batch[keys.OBS].reshape(-1)
+    fresh = torch.cat([policy.value(c) for c in obs.split(max(1, len(obs) // chunks))]).reshape(value.shape)
+    fresh = torch.where(stale, fresh.to(value.dtype), value)
+    moved = next_value + (fresh - value)  # no next observation in the rollout: the critic's change at t
+    following = torch.cat([fresh[1:], moved[-1:]])
+    return fresh, torch.where(batch[keys.TRUNCATED], moved, following)
+
+
 class PPO:
     Config = PPOConfig
 
@@ -120,9 +147,12 @@ class PPO:
         if batch.batch_dims == 1:
             return self._update_sequences(batch)
         cfg = self.config
+        stale = keys.STALENESS in batch.keys()  # collected with older weights: the current critic's values
+        value, next_value = (current_values(self.policy, batch, batch[keys.STALENESS], cfg.minibatches) if stale
+                             else (batch[keys.VALUE], batch["next_value"]))
         with torch.no_grad():
             advantage, ret = gae(
-                batch[keys.REWARD], batch[keys.VALUE], batch["next_value"],
+                batch[keys.REWARD], value, next_value,
                 batch[keys.TERMINATED].float(), batch[keys.DONE].float(), cfg.gamma, cfg.lam,
             )
             mask = batch.get(keys.MASK, None)  # False on steps that carry no decision (next-step autoreset)
@@ -130,9 +160,10 @@ class PPO:
                 advantage = normalize(advantage, mask)
         optional = [k for k in (keys.EXTRAS, keys.MASK) if k in batch.keys()]  # extras: e.g. denoising chains
         flat = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.VALUE, *optional).reshape(-1)
+        flat[keys.VALUE] = value.reshape(-1)  # value clipping's old value: the critic the returns came from
         flat[keys.ADVANTAGE] = advantage.reshape(-1)
         flat[keys.RETURN] = ret.reshape(-1)
-        if keys.STALENESS in batch.keys():
+        if stale:
             flat[keys.LOG_PROB], flat[keys.ADVANTAGE] = decoupled(
                 self.policy, flat, flat[keys.ADVANTAGE], batch[keys.STALENESS].reshape(-1), cfg.behaviour_cap,
                 cfg.minibatches)

@@ -257,7 +257,7 @@ class RayCollector:
     def _run(self, state, rng: torch.Tensor, version: int, fresh: bool, index: int, sync: bool):
         for attempt in range(self.cluster.max_restarts + 1):
             try:
-                batch, stats, rng_out = self._collect(state, rng, fresh)
+                batch, stats, rng_out = self._collect(state, rng, fresh, index)
                 return batch, stats, rng_out if sync else None, version
             except self._failures() as err:
                 if attempt == self.cluster.max_restarts:
@@ -269,13 +269,15 @@ class RayCollector:
                 self._restart()
                 state, fresh = self.ray.put(weights(self.policy, full=True)), True
 
-    def _collect(self, state, rng: torch.Tensor, fresh: bool):
-        """One rollout from every worker: (batch, episode stats per collector, the first stream's random state).
+    def _collect(self, state, rng: torch.Tensor, fresh: bool, index: int):
+        """Collection `index`, one rollout from every worker: (batch, episode stats per collector, the first stream's
+        random state). Workers after the first sample from a stream of their own per collection (seeded by worker,
+        restart and `index`: the same seed every collection replayed the same action noise).
         The workers' processes are checked before and after: one restarted in between lost its envs' state (Ray
         may restart a dead worker before any call of ours fails), so the collection counts as failed."""
         self._check_processes()
         seeds = [self.seed + (i + self.failures * len(self.workers)) * SEED_STRIDE for i in range(len(self.workers))]
-        streams = [rng] + [rng_state(s) for s in seeds[1:]]  # stream 0: the learner's (synchronous) state
+        streams = [rng] + [rng_state(s * SEED_STRIDE + index) for s in seeds[1:]]  # stream 0: the learner's (sync)
         if not hasattr(self, "groups"):  # colocated
             outs = self.ray.get([w.collect.remote(state, streams[i], seeds[i] if fresh else None)
                                  for i, w in enumerate(self.workers)])
@@ -296,7 +298,12 @@ class RayCollector:
         first = self.groups[0].policy
         rng_out = self.ray.get(first.worker.rng.remote(first.stream))
         self._check_processes()
-        return cat(batches, 1), [g.pop_episode_stats() for g in self.groups], rng_out
+        batch = cat(batches, 1)
+        if len(batches) == 1 and self.cluster.max_staleness:
+            # one group's batch is its Collector's own buffer, which the next collection refills in place while
+            # the learner still trains on this one (asynchronous): a copy
+            batch = batch.clone()
+        return batch, [g.pop_episode_stats() for g in self.groups], rng_out
 
     def _check_processes(self) -> None:
         if self._processes() != self.processes:

@@ -89,3 +89,47 @@ def test_stale_data_is_clipped_around_the_current_policy_and_weighted_by_the_cap
     stale[keys.STALENESS] = torch.ones(batch.batch_size, dtype=torch.long)
     metrics = PPO(PPO.Config(), policy).update(stale)
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+
+
+def test_stale_data_takes_the_current_critics_values():
+    """On stale data (cluster.max_staleness > 0) GAE and the value loss use the learner's critic, not the values
+    the collection stored (a critic trained toward its own lagged bootstraps oscillates, issue 20): the update
+    ignores the stored values except where the rollout holds no next observation (time-limit cuts, the last
+    step). Fresh data keeps the stored ones."""
+    from embodied import keys
+    from embodied.algorithms.ppo import current_values
+
+    policy, collector = rollout()
+    batch = collector.collect()
+    fresh = current_values(policy, batch, torch.zeros(batch.batch_size, dtype=torch.long), 4)
+    assert fresh[0] is batch[keys.VALUE] and fresh[1] is batch["next_value"]
+    PPO(PPO.Config(lr=1e-2), policy).update(batch)  # the learner moves on: the batch is now one update old
+    stale = torch.ones(batch.batch_size, dtype=torch.long)
+    value, next_value = current_values(policy, batch, stale, 4)
+    with torch.no_grad():
+        now = policy.value(batch[keys.OBS].reshape(-1)).reshape(batch.batch_size)
+    torch.testing.assert_close(value, now)
+    assert not torch.allclose(value, batch[keys.VALUE])  # the critic moved
+    cut = batch[keys.TRUNCATED]
+    moved = batch["next_value"] + now - batch[keys.VALUE]  # no next observation: the critic's change at t
+    expected = torch.where(cut, moved, torch.cat([now[1:], moved[-1:]]))
+    torch.testing.assert_close(next_value, expected)
+    # the update reads those values: stored ones shifted where they are recomputed change nothing (where they are
+    # moved by the critic's change, the stored next value and value shift together)
+    scrambled = batch.clone()
+    keep = torch.zeros_like(cut)
+    keep[-1] = True
+    keep |= cut
+    scrambled[keys.VALUE] = batch[keys.VALUE] + 5.0
+    scrambled["next_value"] = torch.where(keep, batch["next_value"] + 5.0, batch["next_value"] - 5.0)
+    results = []
+    for data in (batch, scrambled):
+        data = data.clone()
+        data[keys.STALENESS] = stale
+        copy = rollout()[0]
+        copy.load_state_dict(policy.state_dict())
+        torch.manual_seed(1)
+        PPO(PPO.Config(), copy).update(data)
+        results.append(snapshot(copy))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b)  # equal up to rounding

@@ -74,6 +74,43 @@ def test_async_collection_is_at_most_max_staleness_old_and_ppo_corrects_it(tmp_p
     assert all(torch.isfinite(torch.tensor(r["algo/loss"])) for r in rows if "algo/loss" in r)
 
 
+def test_async_disaggregated_batches_are_not_refilled_while_the_learner_trains(tmp_path, local_ray):
+    """A disaggregated collection runs the single-process Collector in this process, which refills one buffer in
+    place: with max_staleness=1 the next collection runs while the learner holds the last batch, so it is a copy."""
+    trainer = Trainer(compose(SMALL + ["cluster=ray", "cluster.placement=disaggregated", "cluster.max_staleness=1"]),
+                      tmp_path)
+    collector = trainer.collector
+    try:
+        collector.reset(seed=0)
+        first = collector.collect()
+        kept = first.clone()
+        second = collector.collect()  # the collection after it ran meanwhile, and the next one is under way
+        collector.pending[0].result()
+        assert (first == kept).all()
+        assert not torch.equal(first[keys.OBS, keys.STATE], second[keys.OBS, keys.STATE])
+    finally:
+        collector.close()
+
+
+def test_later_workers_sample_from_a_new_stream_every_collection(tmp_path, local_ray, monkeypatch):
+    """Worker 0 samples from the learner's stream; each later worker from one seeded by worker, restart and the
+    collection's index (one seed per worker replayed the same action noise in every collection)."""
+    from embodied.distributed import collector as module
+
+    seeds = []
+    real = module.rng_state
+    monkeypatch.setattr(module, "rng_state", lambda seed: seeds.append(seed) or real(seed))
+    trainer = Trainer(compose(SMALL + ["cluster=ray", "cluster.env_workers=2"]), tmp_path)
+    collector = trainer.collector
+    try:
+        collector.reset(seed=0)
+        for _ in range(3):
+            collector.collect()
+    finally:
+        collector.close()
+    assert len(seeds) == 3 and len(set(seeds)) == 3  # worker 1's stream: one per collection, all different
+
+
 @pytest.mark.slow  # ~35 s: two rounds of worker restarts (test_a_worker_that_raises... covers one in the default suite)
 def test_a_killed_worker_is_restarted_and_the_collection_is_whole(tmp_path, local_ray, capsys):
     trainer = Trainer(compose(SMALL + ["cluster=ray", "cluster.env_workers=2"]), tmp_path)
