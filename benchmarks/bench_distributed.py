@@ -1,6 +1,7 @@
 """Issue 20's measurements of `cluster=ray` (embodied/distributed), side by side in one job, interleaved.
 
     .venv/bin/python benchmarks/bench_distributed.py pipeline     # mujoco_reach_rgb collection: pipelined vs one process
+    .venv/bin/python benchmarks/bench_distributed.py pipeline --experiment mujoco_reach_rgb_vla_ppo   # the pixel VLA's
     .venv/bin/python benchmarks/bench_distributed.py overhead     # quadrotor_hover PPO iterations: colocated vs plain
     .venv/bin/python benchmarks/bench_distributed.py stages       # per-stage costs -> the scaling model's table
     .venv/bin/python benchmarks/bench_distributed.py async        # quadrotor_hover: time to 95% success, staleness 0/1/2
@@ -197,6 +198,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=4, help="timed collections (iterations) per arm per round")
     p.add_argument("--cpus", type=int, default=8, help="logical CPUs of the local Ray instance (every arm's workers stay up)")
+    p.add_argument("--experiment", default="mujoco_reach_rgb",
+                   help="the pipeline part's run config (e.g. mujoco_reach_rgb_vla_ppo: a policy step near the env's)")
     args = p.parse_args()
     torch.set_num_threads(1)
     if args.part == "cluster":
@@ -205,7 +208,9 @@ def main() -> None:
 
     ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, logging_level="WARNING")
     if args.part in ARMS:
-        throughput(ARMS[args.part], args.rounds, args.iters, update=args.part == "overhead")
+        arms = {name: [f"experiment={args.experiment}" if o == RGB[0] else o for o in over]
+                for name, over in ARMS[args.part].items()}
+        throughput(arms, args.rounds, args.iters, update=args.part == "overhead")
     elif args.part == "stages":
         model(stages(args.rounds))
     else:
