@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from embodied.cli import compose  # noqa: E402
 from embodied.runner.trainer import Trainer  # noqa: E402
 
-RGB = ["experiment=mujoco_reach_rgb", "train.eval_episodes=0", "train.progress=false"]
+RGB = ["experiment=mujoco_reach_rgb", "train.eval_episodes=0", "train.eval_every=0", "train.progress=false"]
 HOVER = ["experiment=quadrotor_hover", "train.eval_episodes=0", "train.progress=false"]
 HALF = ["cluster.env_cpus=0.5", "cluster.rollout_cpus=0.5"]  # three workers on two cores: logical CPUs only
 ARMS = {

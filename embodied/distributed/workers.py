@@ -26,11 +26,14 @@ from embodied.runner.collectors import make_local_collector
 def weights(policy: torch.nn.Module, full: bool = False) -> dict[str, torch.Tensor]:
     """What a copy needs to act as `policy` does now: its trainable parameters and its buffers (observation
     normalizers), or its whole state (`full`: a worker's first sync, when frozen weights came from init_from)."""
+    saved = policy.state_dict(keep_vars=True)
     if full:
-        return {k: v.detach() for k, v in policy.state_dict().items()}
+        return {k: v.detach() for k, v in saved.items()}
     # no copies: `ray.put` serializes them at once, before the learner's next step changes them
     out = {name: p.detach() for name, p in policy.named_parameters() if p.requires_grad}
-    out.update({name: b.detach() for name, b in policy.named_buffers()})
+    # the persistent buffers only: a non-persistent one (a transformer's rotary inv_freq) is rebuilt by every copy
+    # and is no entry of state_dict, which load_weights copies into
+    out.update({name: b.detach() for name, b in policy.named_buffers() if name in saved})
     return out
 
 

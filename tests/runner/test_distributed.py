@@ -92,6 +92,26 @@ def test_async_disaggregated_batches_are_not_refilled_while_the_learner_trains(t
         collector.close()
 
 
+def test_a_transformer_policy_syncs_to_a_worker_copy():
+    """weights()/load_weights() of the VLA (a transformers backbone with non-persistent rotary buffers): the copy
+    takes the learner's weights and acts alike (the rotary buffers, outside state_dict, once stopped every sync)."""
+    pytest.importorskip("transformers")
+    from embodied.distributed.workers import load_weights, weights
+    from policies.vla import VLAConfig, VLAPolicy
+
+    env = ArmReachEnv(ArmReachConfig(), num_envs=3)
+    obs, _ = env.reset(seed=0)
+    torch.manual_seed(0)
+    learner = VLAPolicy(VLAConfig(), env.observation_spec, env.action_spec)
+    torch.manual_seed(1)
+    worker = VLAPolicy(VLAConfig(), env.observation_spec, env.action_spec)
+    assert any(name not in learner.state_dict() for name, _ in learner.named_buffers())  # non-persistent ones exist
+    load_weights(worker, weights(learner))
+    assert torch.equal(worker.act(obs, deterministic=True).extras["tokens"],
+                       learner.act(obs, deterministic=True).extras["tokens"])
+    torch.testing.assert_close(worker.act(obs, deterministic=True).value, learner.act(obs, deterministic=True).value)
+
+
 def test_later_workers_sample_from_a_new_stream_every_collection(tmp_path, local_ray, monkeypatch):
     """Worker 0 samples from the learner's stream; each later worker from one seeded by worker, restart and the
     collection's index (one seed per worker replayed the same action noise in every collection)."""
