@@ -73,26 +73,34 @@ class PPOConfig:
 
 @torch.no_grad()
 def decoupled(policy, data: TensorDict, advantage: torch.Tensor, staleness: torch.Tensor, cap: float,
-              chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+              chunks: int, proximal: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(old log-probs, advantage) for the clipped surrogate on data collected with older weights than the
     learner's (`staleness` > 0: an asynchronous collection, cluster.max_staleness): decoupled PPO (Hilton et al.
     2022, "Batch size-invariance for policy optimization"; AReaL's asynchronous PPO). The ratio is clipped around
     the current (proximal) policy, whose log-probs replace the stored ones, and the advantage is weighted by the
     truncated ratio proximal/behaviour per scored step (as the weight is >= 0, w * min(r A, clip(r) A) =
     min(r wA, clip(r) wA)); the advantage takes the log-probs' shape ([B] -> [B, T] for token sequences).
-    Fresh data is returned as it is: the plain update."""
+    Fresh data is returned as it is: the plain update. `proximal`: those log-probs, if already computed."""
     behaviour = data[keys.LOG_PROB]
     if not bool((staleness > 0).any()):
         return behaviour, advantage
-    proximal = torch.cat([policy.evaluate(c[keys.OBS], c[keys.ACTION], c.get(keys.EXTRAS, None))[0]
-                          for c in data.split(max(1, len(data) // chunks))])
+    if proximal is None:
+        proximal = evaluate_chunks(policy, data, chunks)[0]
     weight = truncated_importance_weight(behaviour, proximal, cap)
     return proximal, advantage.reshape(*advantage.shape, *[1] * (weight.dim() - advantage.dim())) * weight
 
 
 @torch.no_grad()
-def current_values(policy, batch: TensorDict, staleness: torch.Tensor,
-                   chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+def evaluate_chunks(policy, data: TensorDict, chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probs, values) of the current policy on flat data [B], `chunks` evaluate passes."""
+    outs = [policy.evaluate(c[keys.OBS], c[keys.ACTION], c.get(keys.EXTRAS, None))
+            for c in data.split(max(1, len(data) // chunks))]
+    return torch.cat([o[0] for o in outs]), torch.cat([o[2] for o in outs])
+
+
+@torch.no_grad()
+def current_values(policy, batch: TensorDict, staleness: torch.Tensor, chunks: int,
+                   fresh: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(value, next_value) [T, N] for GAE and the value loss on an env-step rollout: the learner's current critic
     on the steps collected with older weights (`staleness` > 0), as IMPALA's learner recomputes V for V-trace
     (Espeholt et al. 2018). The values the collection stored come from a critic `staleness` updates old: trained
@@ -104,14 +112,15 @@ def current_values(policy, batch: TensorDict, staleness: torch.Tensor,
     at step t, V_now(obs[t]) - V_then(obs[t]): with 16-step rollouts the last bootstrap carries most of the
     lambda-returns' bootstrap weight (0.65 on average at gamma 0.99, lambda 0.95), and left stale it still held
     the critic back (54% success against 90-93% moved or recomputed from the true observation, same seed).
-    Fresh data is returned as it is."""
+    Fresh data is returned as it is. `fresh`: the current critic's values [T * N], if already computed."""
     value, next_value = batch[keys.VALUE], batch["next_value"]
     stale = staleness > 0
     if not bool(stale.any()):
         return value, next_value
-    obs = batch[keys.OBS].reshape(-1)
-    fresh = torch.cat([policy.value(c) for c in obs.split(max(1, len(obs) // chunks))]).reshape(value.shape)
-    fresh = torch.where(stale, fresh.to(value.dtype), value)
+    if fresh is None:
+        obs = batch[keys.OBS].reshape(-1)
+        fresh = torch.cat([policy.value(c) for c in obs.split(max(1, len(obs) // chunks))])
+    fresh = torch.where(stale, fresh.reshape(value.shape).to(value.dtype), value)
     moved = next_value + (fresh - value)  # no next observation in the rollout: the critic's change at t
     following = torch.cat([fresh[1:], moved[-1:]])
     return fresh, torch.where(batch[keys.TRUNCATED], moved, following)
@@ -148,8 +157,12 @@ class PPO:
             return self._update_sequences(batch)
         cfg = self.config
         stale = keys.STALENESS in batch.keys()  # collected with older weights: the current critic's values
-        value, next_value = (current_values(self.policy, batch, batch[keys.STALENESS], cfg.minibatches) if stale
-                             else (batch[keys.VALUE], batch["next_value"]))
+        optional = [k for k in (keys.EXTRAS, keys.MASK) if k in batch.keys()]  # extras: e.g. denoising chains
+        flat = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.VALUE, *optional).reshape(-1)
+        value, next_value, proximal = batch[keys.VALUE], batch["next_value"], None
+        if stale:  # one pass of the current policy: the proximal log-probs and the values
+            proximal, fresh = evaluate_chunks(self.policy, flat, cfg.minibatches)
+            value, next_value = current_values(self.policy, batch, batch[keys.STALENESS], cfg.minibatches, fresh)
         with torch.no_grad():
             advantage, ret = gae(
                 batch[keys.REWARD], value, next_value,
@@ -158,15 +171,13 @@ class PPO:
             mask = batch.get(keys.MASK, None)  # False on steps that carry no decision (next-step autoreset)
             if cfg.normalize_advantage:
                 advantage = normalize(advantage, mask)
-        optional = [k for k in (keys.EXTRAS, keys.MASK) if k in batch.keys()]  # extras: e.g. denoising chains
-        flat = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.VALUE, *optional).reshape(-1)
         flat[keys.VALUE] = value.reshape(-1)  # value clipping's old value: the critic the returns came from
         flat[keys.ADVANTAGE] = advantage.reshape(-1)
         flat[keys.RETURN] = ret.reshape(-1)
         if stale:
             flat[keys.LOG_PROB], flat[keys.ADVANTAGE] = decoupled(
                 self.policy, flat, flat[keys.ADVANTAGE], batch[keys.STALENESS].reshape(-1), cfg.behaviour_cap,
-                cfg.minibatches)
+                cfg.minibatches, proximal)
         size = flat.batch_size[0]
         mb = size // cfg.minibatches
         totals: dict[str, torch.Tensor] = {}
