@@ -14,6 +14,8 @@ motor-speed estimate) and, for robots with an `action_key`, integrates the actio
 setpoint the robot takes (an arm's joint-velocity action -> goal joint positions).
 `--dry-run` swaps the hardware for its simulator: MAVLink -> the MAVLink vehicle simulator on
 UDP loopback, Crazyflie -> the fake Crazyflie on cflib's UDP link, LeRobot arms -> the simulated arm.
+`--disturbance <preset>` (dry run, MAVLink) flies the quadrotor env's disturbance presets in the vehicle
+simulator's physics, their timings drawn for the flight of `steps` commands (real_robot/sim/mavlink_vehicle.py).
 Each episode is appended to an episode store (`embodied.data.store`, zarr) under the log dir.
 
 Before anything connects (`check_fit`, also against the real robot's specs in a dry run): what the twin hands
@@ -78,10 +80,14 @@ class DeploySettings:
     status: bool = True  # live status on the terminal (rich)
     allow_unchecked: bool = False  # deploy although a policy/robot pair has a meaning undeclared (shapes still checked)
     max_rejected_fraction: float = 0.5  # more of an episode's commands rejected by the safety layer: DeployError
+    disturbance: str = "none"  # dry run, MAVLink: a disturbance preset in the vehicle simulator's physics
+    disturbance_seed: int = 0  # seed of the preset's draws
 
     def __post_init__(self):
         fraction = self.max_rejected_fraction
         check(0 <= fraction < 1, f"max_rejected_fraction={fraction} must be in [0, 1)")
+        check(self.disturbance == "none" or self.dry_run,
+              f"disturbance={self.disturbance!r} acts in a simulator's physics: it needs a dry run (--dry-run)")
 
 
 def load_robot_spec(name: str, overrides: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -222,16 +228,22 @@ class TwinAdapter:
         return float(np.linalg.norm(np.asarray(robot_obs["position"]) - goal))
 
 
-def build_robot(settings: DeploySettings, stack: ExitStack):
-    """The robot to fly; with dry_run, its simulator is started (and stopped by `stack`)."""
+def build_robot(settings: DeploySettings, stack: ExitStack, hz: float = 100.0):
+    """The robot to fly; with dry_run, its simulator is started (and stopped by `stack`). hz: the control rate,
+    so that a disturbance preset's timings fall within the flight of `settings.steps` commands."""
     name, params = load_robot_spec(settings.robot, settings.robot_params)
+    if settings.disturbance != "none" and name != "mavlink":
+        raise ValueError(f"disturbance={settings.disturbance!r}: the presets act in the MAVLink vehicle simulator "
+                         f"(a robot=mavlink_sitl dry run); robot {name!r} has none")  # fmt: skip
     if settings.dry_run:
         if name in _DRY_RUN:
             name, params = _DRY_RUN[name], {}
         elif name == "mavlink":
             from real_robot.sim.mavlink_vehicle import MavlinkVehicleConfig, MavlinkVehicleProcess
 
-            vehicle = stack.enter_context(MavlinkVehicleProcess(MavlinkVehicleConfig()))
+            vehicle = MavlinkVehicleConfig(disturbance=settings.disturbance, disturbance_seed=settings.disturbance_seed,
+                                           disturbance_s=settings.steps / hz)  # fmt: skip
+            vehicle = stack.enter_context(MavlinkVehicleProcess(vehicle))
             params = {**params, "url": f"udpout:127.0.0.1:{vehicle.port}"}
         elif name == "crazyflie":
             from embodied.testing.fake_crazyflie import FakeCrazyflie
@@ -291,7 +303,7 @@ def deploy(path: Path, settings: DeploySettings) -> list[dict[str, float]]:
         # in a dry run these are the hardware's specs (a dry run must refuse what the hardware would refuse)
         hardware = registry.build("robot", *load_robot_spec(settings.robot, settings.robot_params))
         unmeasured = check_fit(twin_env, hardware, settings.allow_unchecked)
-        robot = build_robot(settings, stack) if settings.dry_run else hardware
+        robot = build_robot(settings, stack, hz) if settings.dry_run else hardware
         if type(robot) is not type(hardware):  # a dry run's stand-in (LeRobot arm -> the simulated arm) must fit too
             check_fit(twin_env, robot, settings.allow_unchecked)
         adapter = TwinAdapter(twin_env, robot, settings)

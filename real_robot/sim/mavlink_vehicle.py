@@ -16,6 +16,10 @@ setpoints stream (PX4 requires > 2 Hz before the switch). Failsafe: no setpoint 
 offboard-loss action); LAND descends at `land_speed` (PX4 MPC_LAND_SPEED, default 0.7 m/s) and
 disarms on touchdown. `link_up = False` drops every packet both ways (a radio dropout).
 Every setpoint received is recorded in `received` for tests.
+`disturbance`: a preset of the quadrotor env (sims/quadrotor/disturbance.py: none, push, gust, payload, motor,
+all, mix) acting in the vehicle's physics from its first switch to OFFBOARD (the flight's start), drawn from
+`disturbance_seed` for a flight of `disturbance_s` (the push and the gust onset fall in its [15%, 50%], as in
+an episode of the env); the draws are logged in `events`.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ import numpy as np
 
 from embodied.config import check
 from real_robot.sim.flight_controller import FlightController, quat_to_matrix
-from real_robot.sim.quadrotor_body import QuadrotorBody
+from real_robot.sim.quadrotor_body import QuadrotorBody, describe
+from sims.quadrotor.disturbance import PRESETS
 from sims.quadrotor.dynamics import CrazyflieParams
 
 # PX4 custom modes (px4_custom_mode.h): main mode in bits 16-23, sub mode in bits 24-31
@@ -71,11 +76,17 @@ class MavlinkVehicleConfig:
     offboard_loss_timeout: float = 1.0  # s (PX4 COM_OF_LOSS_T default)
     land_speed: float = 0.7  # m/s (PX4 MPC_LAND_SPEED default)
     system_id: int = 1
+    disturbance: str = "none"  # a preset of sims/quadrotor/disturbance.py, from the first switch to OFFBOARD
+    disturbance_seed: int = 0  # seed of the preset's draws
+    disturbance_s: float = 3.0  # s, the flight the preset's timings are drawn for (default: a hover episode's)
 
     def __post_init__(self):
         check(self.telemetry_hz > 0 and self.offboard_loss_timeout > 0 and self.land_speed > 0,
               "telemetry_hz, offboard_loss_timeout and land_speed must be > 0")  # fmt: skip
         check(self.start[2] >= self.ground_z, "start must not be below ground_z")
+        check(self.disturbance in PRESETS,
+              f"disturbance={self.disturbance!r} is not a preset; valid presets: {', '.join(PRESETS)}")
+        check(self.disturbance_s > 0, f"disturbance_s={self.disturbance_s} must be > 0")
 
 
 class MavlinkVehicleSim:
@@ -88,7 +99,8 @@ class MavlinkVehicleSim:
         self.conn = mavutil.mavlink_connection(f"udpin:{config.address}:{config.port}",
                                                source_system=config.system_id, source_component=1)  # fmt: skip
         self.port = self.conn.port.getsockname()[1]
-        self.body = QuadrotorBody(config.env, config.start, config.ground_z)
+        self.body = QuadrotorBody(config.env, config.start, config.ground_z, config.disturbance)
+        self.disturbed = False  # the preset has started (at the first switch to OFFBOARD)
         self.fc = FlightController(self.body.dt)
         self.armed = config.start_armed and not self.body.landed
         self.mode = "HOLD"
@@ -248,8 +260,15 @@ class MavlinkVehicleSim:
         if mode != self.mode:
             self.mode = mode
             self.hold_position = self.body.state()["position"].copy()
-            self.events.append((time.monotonic(), f"mode {mode}: {why}"))
+            now = time.monotonic()
+            self.events.append((now, f"mode {mode}: {why}"))
             self._announce = True
+            if mode == "OFFBOARD" and not self.disturbed and self.config.disturbance != "none":
+                self.disturbed = True
+                c = self.config
+                rows = self.body.disturb(c.disturbance_seed, max(1, round(c.disturbance_s / self.body.dt)))
+                self.events.append((now, f"disturbance {c.disturbance} (seed {c.disturbance_seed}) from now: "
+                                         f"{describe(rows, self.body.dt)}"))  # fmt: skip
 
     # ---- MAVLink out -------------------------------------------------------------------------
     def _send(self, msg) -> None:

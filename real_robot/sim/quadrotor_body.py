@@ -8,6 +8,10 @@ vehicle, piecewise linear in thrust, see sims/quadrotor/env.py) and `get_state` 
 "specific_force": the accelerometer's body-z reading in g).
 World frame: z up, body x forward, y left (FLU), as the sim. The sim's world is free space, so
 a flat ground is added here: at `ground_z` the vehicle stops, levels and counts as landed.
+A disturbance preset (push, gust, payload, motor, all, mix: sims/quadrotor/disturbance.py) is the env's own,
+built in with `disturbance` and acting through the env's step. The env draws it per episode, and the body's
+one episode never ends, so the preset stays inert (its "none" rows) until `disturb` starts it: then one
+episode's draws for a flight of the given length, seeded, with the push and the gust onset counted from then.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import numpy as np
 import torch
 
 from embodied import registry
+from sims.quadrotor import disturbance as presets
 
 # switch off what a training env randomizes or ends episodes on: the hardware is one nominal vehicle
 _HARDWARE_PARAMS = {
@@ -28,11 +33,16 @@ _HARDWARE_PARAMS = {
 class QuadrotorBody:
     """One simulated quadrotor; `step(action)` advances `dt` seconds."""
 
-    def __init__(self, env: str = "quadrotor_hover", start=(0.0, 0.0, 0.0), ground_z: float = -1.0):
-        self.env = registry.build("env", env, _HARDWARE_PARAMS, num_envs=1)
+    def __init__(self, env: str = "quadrotor_hover", start=(0.0, 0.0, 0.0), ground_z: float = -1.0,
+                 disturbance: str = "none"):  # fmt: skip
+        self.disturbance = disturbance
+        params = _HARDWARE_PARAMS if disturbance == "none" else {**_HARDWARE_PARAMS, "disturbance": disturbance}
+        self.env = registry.build("env", env, params, num_envs=1)
         self.dt = float(self.env.config.dt)
         self.ground_z = ground_z
         self.env.reset(seed=0)
+        if disturbance != "none":
+            self._set_disturbance(presets.episode_rows("none", 0, 1))  # inert until `disturb`
         self.crashed = False
         self.landed = False
         self.place(start)
@@ -46,6 +56,19 @@ class QuadrotorBody:
         s["quaternion"][0] = torch.tensor([1.0, 0.0, 0.0, 0.0])
         self.env.set_state(s)
         self.landed = position[2] <= self.ground_z
+
+    def disturb(self, seed: int, steps: int) -> torch.Tensor:
+        """Start the preset now, drawn for a flight of `steps` physics steps; returns its rows (disturbance.py)."""
+        rows = presets.episode_rows(self.disturbance, seed, steps)
+        if self.disturbance != "none":  # "none": the env has no disturbance rows (the nominal env, bit for bit)
+            self._set_disturbance(rows)
+        return rows
+
+    def _set_disturbance(self, rows: torch.Tensor) -> None:
+        s = self.env.get_state()
+        s["disturbance"][0] = rows
+        s["step"][0] = 0  # the env's clock of the push and the gust onset
+        self.env.set_state(s)
 
     def state(self) -> dict[str, np.ndarray]:
         s = self.env.get_state()
@@ -65,3 +88,20 @@ class QuadrotorBody:
             s["angular_velocity"][0] = 0.0
             s["quaternion"][0] = torch.tensor([1.0, 0.0, 0.0, 0.0])
             self.env.set_state(s)
+
+
+def describe(rows: torch.Tensor, dt: float) -> str:
+    """The drawn disturbance rows [ROWS] in words, for the vehicle's log."""
+    d = presets  # the row layout
+    fmt = lambda v: "(" + ", ".join(f"{float(x):.2f}" for x in v) + ")"  # noqa: E731
+    parts = []
+    if rows[d.PUSH_STEP] >= 0:
+        parts.append(f"push at {float(rows[d.PUSH_STEP]) * dt:.2f} s: dv {fmt(rows[d.PUSH_DV])} m/s, "
+                     f"dw {fmt(rows[d.PUSH_DW])} rad/s")  # fmt: skip
+    if rows[d.DRAG] > 0:
+        parts.append(f"gust from {float(rows[d.GUST_STEP]) * dt:.2f} s: wind {fmt(rows[d.WIND])} m/s")
+    if rows[d.MASS] != 1:
+        parts.append(f"payload: mass x{float(rows[d.MASS]):.3f}, inertia x{float(rows[d.INERTIA]):.3f}")
+    if rows[d.TAU] != 1:
+        parts.append(f"motor: thrust x{fmt(rows[d.ROTOR_KF])}, time constant x{float(rows[d.TAU]):.3f}")
+    return "; ".join(parts) or "nothing (none, or mix drew none)"

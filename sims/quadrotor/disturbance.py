@@ -21,7 +21,8 @@ The window [15%, 50%] leaves hover at least 0.5 s to recover before its success 
 1 s of 3 s). The draws come from a generator of their own, seeded from the reset seed: under every
 preset the episodes start from the same initial states as the nominal ones (a paired comparison),
 a component draws the same values alone as within `all`, and `none` adds no rows, no draws and no
-operations (bit-for-bit the nominal env).
+operations (bit-for-bit the nominal env). `episode_rows` draws one episode's rows outside an env, for a
+simulator whose flights are not the env's episodes (the MAVLink vehicle, real_robot/sim/quadrotor_body.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import math
 
 import torch
 
-from sims.quadrotor.dynamics import ANG_VEL, VEL, CrazyflieParams
+from sims.quadrotor.dynamics import ANG_VEL, STATE_DIM, VEL, CrazyflieParams
 
 PRESETS = {
     "none": (),
@@ -164,3 +165,15 @@ class Disturbances:
         torch.mul(d[WIND], self._active, out=self._ext).sub_(self._vel)  # air velocity relative to the body
         self._ext.mul_(self._drag_per_mass).mul_(inv_dr[0:1]).mul_(d[DRAG : DRAG + 1])
         return self._kf, self._inv_inertia, self._ext
+
+
+def episode_rows(preset: str, seed: int, episode_steps: int,
+                 params: CrazyflieParams = CrazyflieParams()) -> torch.Tensor:  # fmt: skip
+    """The rows D [ROWS] of one episode of `episode_steps` under `preset`: what a one-env quadrotor env with that
+    episode length draws on `reset(seed=seed)` (tests/real_robot/test_vehicle_disturbance.py checks it)."""
+    block = torch.zeros(ROWS, 1)
+    draws = Disturbances(preset, block, torch.zeros(STATE_DIM, 1), episode_steps, params)
+    draws.seed(seed)
+    draws.draw(1)
+    draws.sample(block)
+    return block[:, 0]
