@@ -125,6 +125,8 @@ class GRPO:
         extras = batch.get(keys.EXTRAS, None)
         mask = batch.get(keys.MASK, None)
         log_prob, entropy, _ = self.policy.evaluate(batch[keys.OBS], batch[keys.ACTION], extras)
+        if mask is not None and log_prob.dim() == mask.dim() + 1:  # a step scored per action token [B, T, K]
+            mask = mask.unsqueeze(-1).expand_as(log_prob)  # (the VLA's token_ratios, as PPO's _step)
         if mask is not None and mask.shape != log_prob.shape:
             raise ValueError(f"mask {tuple(mask.shape)} must match per-token log_prob {tuple(log_prob.shape)}")
         ref_log_prob = batch.get(keys.REF_LOG_PROB, None)

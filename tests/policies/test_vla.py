@@ -324,17 +324,21 @@ def test_lerobot_vla_acts_and_imitates_behind_our_contract(kind, lerobot_python,
 
 
 # --- RL: token log-probs through the shared core ----------------------------------------------
-def test_grpo_update_on_group_rollouts_moves_log_probs_with_the_advantage():
+@pytest.mark.parametrize("token_ratios", [False, True])
+def test_grpo_update_on_group_rollouts_moves_log_probs_with_the_advantage(token_ratios):
+    """token_ratios: a step's log-prob per action token [B, T, K], its mask [B, T] spread over the tokens."""
     env = arm(8, max_episode_steps=6)
-    policy = policy_for(env)
+    policy = policy_for(env, token_ratios=token_ratios)
     batch = collect_groups(env, policy, group_size=4, seed=0)
     assert torch.equal(batch[keys.OBS, "state"][0, 0], batch[keys.OBS, "state"][3, 0])  # one start per group
     assert not torch.equal(batch[keys.OBS, "state"][0, 0], batch[keys.OBS, "state"][4, 0])
-    assert batch[keys.LOG_PROB].shape == batch[keys.MASK].shape == (8, 6)
+    assert batch[keys.MASK].shape == (8, 6) and batch[keys.LOG_PROB].shape == ((8, 6, 4) if token_ratios else (8, 6))
     metrics = GRPO(GRPO.Config(lr=1e-3, minibatches=1), policy).update(batch)
     assert metrics["approx_kl"] < 1e-6  # the first step is on-policy: ratio 1
     new, _, _ = policy.evaluate(batch[keys.OBS], batch[keys.ACTION], batch[keys.EXTRAS])
-    change = ((new - batch[keys.LOG_PROB]) * batch[keys.MASK]).sum(1)
+    change = new - batch[keys.LOG_PROB]
+    change = (change.sum(-1) if token_ratios else change) * batch[keys.MASK]
+    change = change.sum(1)
     advantage = group_relative_advantages(batch[keys.REWARD], batch[keys.GROUP])
     assert (change * advantage).sum() > 0  # more likely where better than the group, less where worse
 
