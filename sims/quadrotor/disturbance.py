@@ -2,6 +2,7 @@
 
     embodied eval <run> --disturbance gust        # evaluate a trained policy under a preset
     embodied train experiment=quadrotor_hover env.disturbance=mix   # train with them (domain randomization)
+    ... env.privileged_disturbance=true   # and the (asymmetric) critic sees the draws: `Disturbances.observe`
 
 A preset draws, once per episode and on top of the nominal randomization (dr_mass, dr_thrust,
 dr_motor_tau), the components it names:
@@ -77,6 +78,14 @@ PUSH_STEP, PUSH_DV, PUSH_DW = 7, slice(8, 11), slice(11, 14)  # step of the kick
 GUST_STEP, WIND, DRAG = 14, slice(15, 18), 18  # wind onset step; wind velocity, world, m/s; drag on (1) or off (0)
 ROWS = 19
 NOISE_ROWS = 17  # uniform draws per episode, all drawn whatever the preset
+# Rows of the critic's view of D (`Disturbances.observe`, the env's obs["privileged"] with privileged_disturbance),
+# each 0 where its component is not drawn and within [-1, 1]:
+#   0:3 (mass, inertia, motor time constant multiplier - 1) / the preset's largest excess (0.3, 0.5, 0.6)
+#   3:7 (per-rotor thrust multiplier - 1) / 0.25 (the weakest draw)
+#   7 the push is still to come (its step not yet reached)   8 it has happened (the kick is now in the state)
+#   9 rotor drag acts (gust episodes)   10 the gust is still to come   11:13 the wind acting now, x and y (z is 0),
+#   / the largest drawn wind speed
+PRIVILEGED_ROWS = 13
 
 
 def _uniform(u: torch.Tensor, bounds: tuple[float, float]) -> torch.Tensor:
@@ -102,6 +111,10 @@ class Disturbances:
         self._drag_per_mass = drag / params.mass  # 1/s, times 1 / the mass multiplier
         self._weight = params.mass * params.gravity
         self._drag_xy = DRAG_XY * hover_omega
+        excess = [PAYLOAD_MASS[1] - 1, PAYLOAD_INERTIA[1] - 1, MOTOR_TAU[1] - 1] + [1 - MOTOR_THRUST[0]] * 4
+        self._priv_scale = torch.tensor([1 / x for x in excess], device=dev).view(-1, 1)
+        self._priv_bias = -self._priv_scale
+        self._inv_max_wind = self._drag_xy / (GUST_FORCE[1] * self._weight)  # 1 / the largest wind speed, s/m
 
     def seed(self, seed: int) -> None:
         self._gen.manual_seed(seed + 104_729)  # an offset, so the stream differs from the env's own
@@ -165,6 +178,17 @@ class Disturbances:
         torch.mul(d[WIND], self._active, out=self._ext).sub_(self._vel)  # air velocity relative to the body
         self._ext.mul_(self._drag_per_mass).mul_(inv_dr[0:1]).mul_(d[DRAG : DRAG + 1])
         return self._kf, self._inv_inertia, self._ext
+
+    def observe(self, d: torch.Tensor, step: torch.Tensor, out: torch.Tensor) -> None:
+        """out [PRIVILEGED_ROWS, k] = the critic's view (rows above) of the draws d [ROWS, k] of envs that have taken
+        step [k] steps since their reset: what acts on their next step, and which timed events are still to come."""
+        torch.addcmul(self._priv_bias, d[: ROTOR_KF.stop], self._priv_scale, out=out[0:7])
+        torch.ge(d[PUSH_STEP], step, out=out[7])  # a push lands on the step taken at step == PUSH_STEP (apply)
+        torch.ge(d[PUSH_STEP], 0, out=out[8]).sub_(out[7])  # drawn and not pending (-1: never drawn)
+        out[9].copy_(d[DRAG])
+        torch.gt(d[GUST_STEP], step, out=out[10])  # the wind blows from the step taken at step == GUST_STEP
+        wind = d[WIND.start : WIND.start + 2]
+        torch.addcmul(wind, wind, out[10:11], value=-1, out=out[11:13]).mul_(self._inv_max_wind)
 
 
 def episode_rows(preset: str, seed: int, episode_steps: int,

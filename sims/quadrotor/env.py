@@ -40,7 +40,9 @@ Observation "state" [N, 22] (waypoint [N, 25]), SI units:
 Observation "privileged" [N, 9], for an asymmetric critic: rotor speeds (2 m - 1);
 the randomized mass, thrust-coefficient and motor-time-constant multipliers as
 (s - 1) / range (0 when not randomized); elapsed fraction of the episode; task
-progress (hover: in-tolerance streak / hold steps, waypoint: reached / K).
+progress (hover: in-tolerance streak / hold steps, waypoint: reached / K). With `privileged_disturbance`,
+13 more rows: the episode's disturbance draws as the critic sees them (disturbance.PRIVILEGED_ROWS; all 0
+under "none"), so that its value need not average over payloads, weak rotors and winds it cannot tell apart.
 The world is free space: there is no ground contact model.
 Disturbances (`disturbance`: pushes, gusts, a payload, weak or slow motors) are presets drawn per
 episode into rows appended to S (sims/quadrotor/disturbance.py); "none" leaves the env as it was.
@@ -75,6 +77,7 @@ MOTOR_ESTIMATE = slice(29, 33)  # rotor speeds predicted from past setpoints wit
 SPECIFIC_FORCE = 33  # body-z specific force (thrust / mass) after the step, in g: what the IMU's accelerometer reads
 BASE_ROWS = 34
 PRIVILEGED = slice(13, 22)  # motor, DR, step, progress: obs["privileged"] is an affine map of these
+N_PRIVILEGED = PRIVILEGED.stop - PRIVILEGED.start  # its rows (the disturbance's follow, privileged_disturbance)
 # Rows of the reward features F (task rows follow); reward = bias + weights @ F.
 F_NORMS, F_QUAT2, F_ACTION, F_SMOOTH, F_CRASH, F_TASK = slice(0, 3), slice(3, 7), 7, 8, 9, 10
 
@@ -109,6 +112,9 @@ class QuadrotorConfig:
     obs_accelerometer: bool = False  # append the accelerometer (body-z specific force / g - 1), see the module doc
     # per-episode disturbances beyond the nominal randomization, sims/quadrotor/disturbance.py (none: the nominal env)
     disturbance: Literal["none", "push", "gust", "payload", "motor", "all", "mix"] = "none"
+    # append the episode's disturbance draws to obs["privileged"] (13 rows, module doc) for an asymmetric critic;
+    # the actor never sees them. The same width under every preset, so a run evaluates under any
+    privileged_disturbance: bool = False
     # on CUDA with the masked reset (reset_mode auto or masked): replay the step as one captured CUDA graph (module
     # doc). The same results as the eager step (tests/sims/test_quadrotor.py); 6.3x fewer ms per step at N = 4096
     # on an H200, PPO end-to-end 1.47x (benchmarks/RESULTS.md). Ignored on CPU
@@ -156,7 +162,8 @@ class _QuadrotorEnv(VecEnv):
         self.params = p = CrazyflieParams()
         self.max_episode_steps = max(1, round(config.episode_s / config.dt))
         self.action_spec = Spec((4,), torch.float32, -1.0, 1.0, meaning=Meaning.MOTOR_COMMAND)
-        self._n_priv = PRIVILEGED.stop - PRIVILEGED.start
+        self._privileged_disturbance = config.privileged_disturbance
+        self._n_priv = N_PRIVILEGED + (disturbance.PRIVILEGED_ROWS if config.privileged_disturbance else 0)
         self._obs_dim = self._OBS_DIM + (4 if config.obs_motor_estimate else 0) + (1 if config.obs_accelerometer else 0)
         # state: unbounded, a free body's position and velocities (the crash limits bound them only up to the
         # step that crosses them, whose final observation lies past). privileged: rotor speeds and randomized
@@ -387,7 +394,12 @@ class _QuadrotorEnv(VecEnv):
             extra += 4
         if self.config.obs_accelerometer:
             torch.sub(s[SPECIFIC_FORCE], 1.0, out=obs[extra])
-        torch.addcmul(self._priv_bias, s[PRIVILEGED], self._priv_scale, out=priv)
+        base = priv
+        if self._privileged_disturbance:  # rows after the base's; without a preset they stay 0 (zeroed buffers)
+            base = priv[:N_PRIVILEGED]
+            if self._disturbance is not None:
+                self._disturbance.observe(s[self._dist_rows], s[STEP], priv[base.shape[0] :])
+        torch.addcmul(self._priv_bias, s[PRIVILEGED], self._priv_scale, out=base)
         fresh = torch.contiguous_format  # always copy: the buffers are overwritten by the next step
         state, priv = obs.T.clone(memory_format=fresh), priv.T.clone(memory_format=fresh)
         return TensorDict({keys.STATE: state, keys.PRIVILEGED: priv}, batch_size=[s.shape[1]])

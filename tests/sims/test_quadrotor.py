@@ -287,6 +287,8 @@ def assert_same_step(a, b) -> None:
 
 TASKS = {"hover": (QuadrotorHoverEnv, HoverConfig, {}),
          "hover, mixed disturbances": (QuadrotorHoverEnv, HoverConfig, {"disturbance": "mix"}),
+         "hover, mixed disturbances, privileged": (QuadrotorHoverEnv, HoverConfig,
+                                                   {"disturbance": "mix", "privileged_disturbance": True}),
          "waypoint": (QuadrotorWaypointEnv, WaypointConfig, {})}
 
 

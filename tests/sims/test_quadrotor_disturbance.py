@@ -3,6 +3,8 @@ within its documented ranges, is seeded, and `none` is the nominal env bit for b
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -155,3 +157,78 @@ def test_bad_preset_is_a_clear_error():
         HoverConfig(disturbance="gsut")
     with pytest.raises(ConfigError, match="valid choices"):  # the config path (env.disturbance=...) names them too
         registry.build("env", "quadrotor_waypoint", {"disturbance": "wind"})
+
+
+# ---- the critic's view of the draws (privileged_disturbance) --------------------------------------------------
+HOVER_OMEGA = 4 * P.hover_fraction * P.max_rpm * 2 * math.pi / 60  # rad/s, the rotors' summed hover speed
+MAX_WIND = dist.GUST_FORCE[1] * P.mass * P.gravity / (dist.DRAG_XY * HOVER_OMEGA)  # m/s, the strongest gust's wind
+
+
+def critic_view(state: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The 13 rows of disturbance.PRIVILEGED_ROWS from a snapshot, written out from their documentation."""
+    d, t = state["disturbance"], state["step"].float()
+    push, gust = d[:, dist.PUSH_STEP], d[:, dist.GUST_STEP]
+    blowing = ((gust >= 0) & (t >= gust)).float().unsqueeze(1)
+    return torch.cat([(d[:, 0:3] - 1) / torch.tensor([0.3, 0.5, 0.6]), (d[:, 3:7] - 1) / 0.25,
+                      torch.stack([push >= t, (push >= 0) & (push < t), d[:, dist.DRAG] == 1, gust > t], 1).float(),
+                      d[:, dist.WIND][:, :2] * blowing / MAX_WIND], 1)  # fmt: skip
+
+
+def test_privileged_disturbance_off_changes_nothing_and_never_computes_the_rows(monkeypatch):
+    def fail(*args):
+        raise AssertionError("Disturbances.observe called with privileged_disturbance off")
+
+    actions = torch.rand(400, N, 4, generator=torch.Generator().manual_seed(0)) * 2 - 1  # crosses auto-resets
+    for preset in ("none", "mix"):
+        off, on = hover_env(preset), hover_env(preset, privileged_disturbance=True)
+        assert off.observation_spec["privileged"].shape == (9,) and on.observation_spec["privileged"].shape == (22,)
+        with monkeypatch.context() as m:
+            m.setattr(dist.Disturbances, "observe", fail)
+            a = [off.step(x) for x in actions]  # the off path: the nominal env's step, bit for bit
+        for x, (obs, reward, terminated, truncated, info) in zip(actions, a):
+            o, r, te, tr, i = on.step(x)
+            assert torch.equal(obs["state"], o["state"]) and torch.equal(obs["privileged"], o["privileged"][:, :9])
+            assert torch.equal(info["final_obs"]["privileged"], i["final_obs"]["privileged"][:, :9])
+            assert torch.equal(reward, r) and torch.equal(terminated, te) and torch.equal(truncated, tr)
+            assert obs["privileged"].shape == (N, 9)
+            if preset == "none":  # no draws: the rows are the identity's, 0
+                assert not o["privileged"][:, 9:].any()
+        assert sum(bool((s[2] | s[3]).any()) for s in a) > 0  # episodes ended and were redrawn on the way
+
+
+def test_privileged_disturbance_rows_are_the_drawn_disturbance_as_it_acts():
+    env = hover_env("all", n=256, privileged_disturbance=True, **NO_DR)
+    level_start(env)
+    first_push = int(env.get_state()["disturbance"][:, dist.PUSH_STEP].min())
+    rows, same = [], torch.ones(256, dtype=torch.bool)  # same: still the first episode (weak rotors crash some)
+    for t in range(env.max_episode_steps // 2 + 2):  # past every push and gust onset (before 50% of the episode)
+        state = env.get_state()
+        same &= state["step"] == t
+        obs = env._observe()["privileged"][:, 9:]
+        torch.testing.assert_close(obs, critic_view(state), atol=1e-5, rtol=0)  # redrawn episodes included
+        rows.append(obs)
+        obs, *_ = env.step(env.expert_action())
+        if t == first_push:  # the flag turns from "to come" to "happened" on the step that kicks the velocity
+            kicked = same & (state["disturbance"][:, dist.PUSH_STEP] == first_push)
+            kicked &= env.get_state()["step"] == t + 1
+            assert kicked.any() and (obs["privileged"][kicked, 16:18] == torch.tensor([0.0, 1.0])).all()
+            jump = (env.get_state()["velocity"] - state["velocity"])[kicked]
+            assert torch.allclose(jump, state["disturbance"][kicked][:, dist.PUSH_DV], atol=0.1)
+    rows = torch.stack(rows)
+    assert same.sum() > 10 and rows.abs().max() <= 1.0 + 1e-5  # O(1), within the spec
+    assert (rows[0, :, 7] == 1).all() and (rows[-1, same, 8] == 1).all()  # every push came, within the window
+    assert (rows[0, :, 11:].abs().max() == 0) and (rows[-1, same, 11:].norm(dim=-1) > 0.3).all()  # the wind rose
+    assert rows[-1, :, 0:3].min() > 0.3 and (rows[-1, :, 3:7] <= -0.6 + 1e-5).any(1).all()  # payload, weak rotors
+    # the actor does not see them: the state is the nominal one
+    plain, seen = (hover_env("all", n=256, privileged_disturbance=p, **NO_DR) for p in (False, True))
+    assert torch.equal(plain._observe()["state"], seen._observe()["state"])
+
+
+def test_a_run_with_privileged_disturbance_evaluates_under_every_preset():
+    """The width is the same under every preset (eval rebuilds the env with --disturbance), for both tasks."""
+    for cls, config in ((QuadrotorHoverEnv, HoverConfig), (QuadrotorWaypointEnv, WaypointConfig)):
+        specs = {cls(config(disturbance=p, privileged_disturbance=True), num_envs=2).observation_spec["privileged"].shape
+                 for p in dist.PRESETS}  # fmt: skip
+        assert len(specs) == 1
+    built = registry.build("env", "quadrotor_waypoint", {"disturbance": "gust", "privileged_disturbance": True})
+    assert built.reset(seed=0)[0]["privileged"].shape[-1] == 9 + dist.PRIVILEGED_ROWS
