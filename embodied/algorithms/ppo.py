@@ -99,8 +99,8 @@ def evaluate_chunks(policy, data: TensorDict, chunks: int) -> tuple[torch.Tensor
 
 
 @torch.no_grad()
-def current_values(policy, batch: TensorDict, staleness: torch.Tensor, chunks: int,
-                   fresh: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def current_values(batch: TensorDict, staleness: torch.Tensor,
+                   fresh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(value, next_value) [T, N] for GAE and the value loss on an env-step rollout: the learner's current critic
     on the steps collected with older weights (`staleness` > 0), as IMPALA's learner recomputes V for V-trace
     (Espeholt et al. 2018). The values the collection stored come from a critic `staleness` updates old: trained
@@ -112,14 +112,12 @@ def current_values(policy, batch: TensorDict, staleness: torch.Tensor, chunks: i
     at step t, V_now(obs[t]) - V_then(obs[t]): with 16-step rollouts the last bootstrap carries most of the
     lambda-returns' bootstrap weight (0.65 on average at gamma 0.99, lambda 0.95), and left stale it still held
     the critic back (54% success against 90-93% moved or recomputed from the true observation, same seed).
-    Fresh data is returned as it is. `fresh`: the current critic's values [T * N], if already computed."""
+    Fresh data is returned as it is. `fresh`: the current critic's values on the rollout's steps [T * N]
+    (`evaluate_chunks`, the pass that also gives the proximal log-probs)."""
     value, next_value = batch[keys.VALUE], batch["next_value"]
     stale = staleness > 0
     if not bool(stale.any()):
         return value, next_value
-    if fresh is None:
-        obs = batch[keys.OBS].reshape(-1)
-        fresh = torch.cat([policy.value(c) for c in obs.split(max(1, len(obs) // chunks))])
     fresh = torch.where(stale, fresh.reshape(value.shape).to(value.dtype), value)
     moved = next_value + (fresh - value)  # no next observation in the rollout: the critic's change at t
     following = torch.cat([fresh[1:], moved[-1:]])
@@ -162,7 +160,7 @@ class PPO:
         value, next_value, proximal = batch[keys.VALUE], batch["next_value"], None
         if stale:  # one pass of the current policy: the proximal log-probs and the values
             proximal, fresh = evaluate_chunks(self.policy, flat, cfg.minibatches)
-            value, next_value = current_values(self.policy, batch, batch[keys.STALENESS], cfg.minibatches, fresh)
+            value, next_value = current_values(batch, batch[keys.STALENESS], fresh)
         with torch.no_grad():
             advantage, ret = gae(
                 batch[keys.REWARD], value, next_value,

@@ -36,8 +36,7 @@ class QuadrotorBody:
     def __init__(self, env: str = "quadrotor_hover", start=(0.0, 0.0, 0.0), ground_z: float = -1.0,
                  disturbance: str = "none"):  # fmt: skip
         self.disturbance = disturbance
-        params = _HARDWARE_PARAMS if disturbance == "none" else {**_HARDWARE_PARAMS, "disturbance": disturbance}
-        self.env = registry.build("env", env, params, num_envs=1)
+        self.env = registry.build("env", env, {**_HARDWARE_PARAMS, "disturbance": disturbance}, num_envs=1)
         self.dt = float(self.env.config.dt)
         self.ground_z = ground_z
         self.env.reset(seed=0)

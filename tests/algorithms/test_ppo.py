@@ -97,15 +97,18 @@ def test_stale_data_takes_the_current_critics_values():
     ignores the stored values except where the rollout holds no next observation (time-limit cuts, the last
     step). Fresh data keeps the stored ones."""
     from embodied import keys
-    from embodied.algorithms.ppo import current_values
+    from embodied.algorithms.ppo import current_values, evaluate_chunks
+
+    def critic_now(batch):  # the learner's pass over the rollout (PPO.update's)
+        return evaluate_chunks(policy, batch.select(keys.OBS, keys.ACTION).reshape(-1), 4)[1]
 
     policy, collector = rollout()
     batch = collector.collect()
-    fresh = current_values(policy, batch, torch.zeros(batch.batch_size, dtype=torch.long), 4)
+    fresh = current_values(batch, torch.zeros(batch.batch_size, dtype=torch.long), critic_now(batch))
     assert fresh[0] is batch[keys.VALUE] and fresh[1] is batch["next_value"]
     PPO(PPO.Config(lr=1e-2), policy).update(batch)  # the learner moves on: the batch is now one update old
     stale = torch.ones(batch.batch_size, dtype=torch.long)
-    value, next_value = current_values(policy, batch, stale, 4)
+    value, next_value = current_values(batch, stale, critic_now(batch))
     with torch.no_grad():
         now = policy.value(batch[keys.OBS].reshape(-1)).reshape(batch.batch_size)
     torch.testing.assert_close(value, now)
