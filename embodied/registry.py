@@ -150,11 +150,8 @@ def resolve(kind: str, name: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
-        missing = err.name or module_name
-        if missing.split(".")[0] != module_name.split(".")[0]:  # a package it imports is not installed
-            raise MissingExtraError(
-                f"{kind} {name!r} needs the optional package {missing!r}: {entry.install_hint(missing)}"
-            ) from err
+        if (missing := _missing_package(err, module_name)) is not None:  # a package it imports is not installed
+            raise _missing_extra(kind, name, entry, missing) from err
         if name in REGISTRY[kind]:
             raise  # our own module is missing: a broken checkout, the traceback helps
         raise KeyError(f"{kind} {name!r}: {err} (is its package installed, or its folder on PYTHONPATH?)") from None
@@ -164,7 +161,36 @@ def resolve(kind: str, name: str) -> Any:
 
 
 def build(kind: str, name: str, params: dict[str, Any] | None = None, **kwargs: Any) -> Any:
-    """Build `name` from its `Config` dataclass filled with `params` (validated), plus kwargs."""
+    """Build `name` from its `Config` dataclass filled with `params` (validated), plus kwargs.
+
+    Heavy optional packages (textarena, reasoning-gym, transformers, peft) are imported where the class is built,
+    not with its module, so that reading its `Config` stays cheap: a ModuleNotFoundError for a package outside
+    the class's own gives the same MissingExtraError, naming the extra, as `resolve` gives at import."""
     cls = resolve(kind, name)
-    config = build_config(cls.Config, params or {}, where=kind)
-    return cls(config, **kwargs)
+    try:
+        config = build_config(cls.Config, params or {}, where=kind)
+        return cls(config, **kwargs)
+    except ModuleNotFoundError as err:
+        entry = entries(kind).get(name, Entry(name))
+        missing = _missing_package(err, entry.target.partition(":")[0])
+        own = {getattr(cls, "__module__", "").split(".")[0], *_PROJECT_PACKAGES}
+        if missing is None or missing.split(".")[0] in own:  # our own code is missing: the traceback helps
+            raise
+        raise _missing_extra(kind, name, entry, missing) from err
+
+
+# this project's top-level packages: a module of theirs that is missing is a broken checkout, not an extra
+_PROJECT_PACKAGES = frozenset(t.partition(":")[0].split(".")[0] for t in
+                              [*(e.target for table in REGISTRY.values() for e in table.values()),
+                               *COMPONENTS.values(), "embodied"])
+
+
+def _missing_package(err: ModuleNotFoundError, module_name: str) -> str | None:
+    """The module `err` could not import where it is a package other than `module_name`'s own (an optional
+    dependency, not installed), else None."""
+    missing = err.name or module_name
+    return missing if missing.split(".")[0] != module_name.split(".")[0] else None
+
+
+def _missing_extra(kind: str, name: str, entry: Entry, missing: str) -> MissingExtraError:
+    return MissingExtraError(f"{kind} {name!r} needs the optional package {missing!r}: {entry.install_hint(missing)}")

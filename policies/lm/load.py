@@ -13,6 +13,9 @@ reads that directory in about a second. The cache is written into a temporary
 directory and renamed into place, so a killed conversion never leaves half a cache.
 
 Nothing is downloaded: every transformers call passes `local_files_only=True`.
+
+transformers is imported by the functions that use it (`_transformers`), not with this module: it takes ~1 s,
+and `embodied train` imports every registered policy (and policies/vla/policy.py this module) to read its `Config`.
 """
 
 from __future__ import annotations
@@ -24,15 +27,20 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
-try:
-    import transformers
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-except ModuleNotFoundError as err:  # one clear error naming the extra (embodied.registry resolves it too)
-    raise ModuleNotFoundError("the language-model policy needs transformers, peft and gguf: "
-                              "pip install -e '.[lm]'", name="transformers") from err
+
+def _transformers() -> ModuleType:
+    """transformers, imported now; where it is missing, one clear error naming the extra (embodied.registry's
+    `build` turns it into a MissingExtraError)."""
+    try:
+        import transformers
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError("the language-model policy needs transformers, peft and gguf: "
+                                  "pip install -e '.[lm]'", name="transformers") from err
+    return transformers
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,7 @@ def cached_model_dir(name: str) -> Path:
     gguf = gguf_path(name)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    transformers = _transformers()
     try:
         common = dict(gguf_file=gguf.name, local_files_only=True)
         tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, **common)
@@ -102,6 +111,7 @@ def load_lm(model: str, dtype: torch.dtype = torch.float32, tokenizer: str = "",
     (a name or a directory), replaces the model's own; TINY sizes its vocabulary to it. `random_weights`: the
     model's architecture (its config) with transformers' fresh initialisation from the global torch seed instead
     of its trained weights, and its own tokenizer: the control for what pretraining brings."""
+    transformers = _transformers()
     tok = load_tokenizer(tokenizer) if tokenizer else None
     if model == TINY:
         tok = tok or byte_tokenizer()
@@ -124,6 +134,9 @@ def check_causal_lm_dir(path: Path) -> None:
     if not (path / "config.json").is_file():
         raise ValueError(f"{path} is not a causal-LM directory: expected config.json and weights as written by "
                          "transformers' save_pretrained (AutoModelForCausalLM), found no config.json")
+    transformers = _transformers()
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
     config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         raise ValueError(f"{path} holds a {config.model_type!r} model ({type(config).__name__}), not a causal "
@@ -132,6 +145,7 @@ def check_causal_lm_dir(path: Path) -> None:
 
 def load_tokenizer(source: str):
     path = cached_model_dir(source) if source in MODELS else Path(source)
+    transformers = _transformers()
     try:
         return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as err:
@@ -147,6 +161,7 @@ CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\
 def byte_tokenizer():
     """A tokenizer built offline: 4 special tokens, then the 256 bytes (GPT-2's byte-to-unicode alphabet, no merges),
     with a ChatML chat template; any text round-trips. For tests and the tiny model."""
+    transformers = _transformers()
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "</s>"]
@@ -163,6 +178,7 @@ def byte_tokenizer():
 
 def tiny_llama(tokenizer, seed: int = 0, hidden: int = 32, layers: int = 2):
     """A randomly initialised Llama sized for CPU tests (seeded: the same weights on every call)."""
+    transformers = _transformers()
     config = transformers.LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=False,

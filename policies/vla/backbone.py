@@ -6,11 +6,14 @@
 
 Both are ordinary transformers models: they save and load with `save_pretrained`
 / `from_pretrained`, and a pretrained checkpoint of the same class drops in
-(policies/vla/pretrained.py). transformers is imported here only, so
-`import embodied` never pulls it in; the registry names the extra to install.
+(policies/vla/pretrained.py). transformers is imported here only, and only when a network is built
+(`_transformers`), so neither `import embodied` nor reading `VLAPolicy.Config` (`embodied train` reads every
+policy's) pulls it in (~1 s); where it is missing, building the policy through the registry names the extra.
 """
 
 from __future__ import annotations
+
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -18,15 +21,21 @@ from torch import nn
 from policies.common.nets import ImageEncoder
 from policies.vla.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
-try:
-    import transformers
-except ModuleNotFoundError as err:  # one clear error naming the extra (embodied.registry resolves it too)
-    raise ModuleNotFoundError("the VLA policy needs transformers: pip install -e '.[transformers]'",
-                              name="transformers") from err
+
+def _transformers() -> ModuleType:
+    """transformers, imported now; where it is missing, one clear error naming the extra (embodied.registry's
+    `build` turns it into a MissingExtraError)."""
+    try:
+        import transformers
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError("the VLA policy needs transformers: pip install -e '.[transformers]'",
+                                  name="transformers") from err
+    return transformers
 
 
 def build_backbone(config, vocab_size: int) -> nn.Module:
     """A randomly initialised causal LM of `config.backbone` with the config's sizes."""
+    transformers = _transformers()
     if config.backbone == "llama":
         lm_config = transformers.LlamaConfig(
             vocab_size=vocab_size, hidden_size=config.hidden, intermediate_size=config.hidden * 4,
@@ -88,6 +97,7 @@ def build_vision(config, image_size: int) -> nn.Module:
         return CNNPatches(config.vision_hidden)
     if config.vision == "keypoints":
         return KeypointTokens(config.vision_hidden, image_size)
+    transformers = _transformers()
     common = dict(hidden_size=config.vision_hidden, intermediate_size=config.vision_hidden * 4,
                   num_hidden_layers=config.vision_layers, num_attention_heads=config.heads,
                   image_size=image_size, patch_size=config.patch_size)

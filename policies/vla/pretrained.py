@@ -40,10 +40,12 @@ from safetensors.torch import load_file, save_file
 
 from embodied.registry import MissingExtraError
 from embodied.specs import Spec
-from policies.vla.backbone import TransformersPatches, transformers
+from policies.vla.backbone import TransformersPatches, _transformers
 from policies.lm.load import load_lm
 from policies.vla.lerobot_policy import LeRobotPolicy
 from policies.vla.policy import RANDOM_BACKBONES, VLAConfig, VLAPolicy
+
+transformers = _transformers()  # this module is imported only where a VLA is saved or loaded
 
 FORMAT = "embodied-vla/1"
 

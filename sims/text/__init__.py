@@ -5,7 +5,8 @@
 - `sims.text.guess_number:GuessNumberEnv` (`lm_guess_number`): textarena's guess-the-number, several turns
   of higher/lower feedback.
 
-Each task imports its library (reasoning-gym, textarena) when first named here, not on `import sims.text`.
+Each task imports its library (reasoning-gym, textarena) when the env is built, not on `import sims.text` nor
+on importing its module (reading its `Config` stays cheap: `embodied train` reads every registered env's).
 """
 
 import importlib

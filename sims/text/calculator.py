@@ -20,6 +20,9 @@ a shaped bonus, so an episode's return is at most 1 + tool_reward.
 Held-out problems: besides disjoint seeds, a problem's content decides its split (a hash of its expression
 against `heldout_fraction`); an instance draws problems from its seed until one of its own split comes up,
 so no held-out problem is ever a training problem, even where the problem space is small.
+
+reasoning-gym is imported when the env is built, not with this module: it takes ~0.9 s (scipy, matplotlib), and
+`embodied train` imports every registered env to read its `Config`.
 """
 
 from __future__ import annotations
@@ -27,8 +30,6 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 from fractions import Fraction
-
-from reasoning_gym.arithmetic.basic_arithmetic import BasicArithmeticDataset, BasicArithmeticDatasetConfig
 
 from embodied.config import check
 from embodied.text_env import Message, Syntax, TextEnv, Turn, parse, split_of
@@ -108,6 +109,8 @@ class CalculatorEnv(TextEnv):
     Config = CalculatorConfig
 
     def __init__(self, config: CalculatorConfig):
+        from reasoning_gym.arithmetic.basic_arithmetic import BasicArithmeticDataset, BasicArithmeticDatasetConfig
+
         self.config = config
         self.max_turns = config.max_turns
         self.dataset = BasicArithmeticDataset(BasicArithmeticDatasetConfig(

@@ -14,6 +14,9 @@ syntax is `<answer>N</answer>` (textarena reads `[N]`), an illegal or unreadable
 reply counts towards `max_turns` (textarena counts legal guesses only), and a game not won earns 0
 (textarena pays partial credit by distance). The game needs no word lists, so it runs offline.
 
+textarena is imported when the env is built, not with this module: it takes ~1.3 s (it loads nltk), and
+`embodied train` imports every registered env to read its `Config`.
+
 textarena seeds Python's global `random` to draw the number; `_new_episode` saves and restores that
 state around it, so building episodes does not disturb anyone else's random numbers.
 
@@ -29,12 +32,13 @@ import math
 import random
 import re
 from dataclasses import dataclass
-
-import textarena
-from textarena.envs.GuessTheNumber.env import GuessTheNumberEnv
+from typing import TYPE_CHECKING
 
 from embodied.config import check
 from embodied.text_env import Message, Syntax, TextEnv, Turn, parse
+
+if TYPE_CHECKING:
+    from textarena.envs.GuessTheNumber.env import GuessTheNumberEnv
 
 # how to write a guess, in each setting's words (the system prompt and the message after an unreadable reply)
 SYNTAX = {"tags": "in answer tags, for example <answer>{example}</answer>",
@@ -83,6 +87,9 @@ class GuessNumberEnv(TextEnv):
     Config = GuessNumberConfig
 
     def __init__(self, config: GuessNumberConfig):
+        # here, not at module level (see the module's docstring): a missing textarena fails at construction
+        from textarena.envs.GuessTheNumber.env import GuessTheNumberEnv  # noqa: F401
+
         self.config = config
         self.max_turns = config.max_turns
         self.example = (config.min_number + config.max_number) // 2
@@ -94,6 +101,8 @@ class GuessNumberEnv(TextEnv):
     # --- one episode ---------------------------------------------------------------------
 
     def _new_episode(self, seed: int) -> Episode:
+        from textarena.envs.GuessTheNumber.env import GuessTheNumberEnv
+
         cfg = self.config
         game = GuessTheNumberEnv(min_number=cfg.min_number, max_number=cfg.max_number, max_turns=cfg.max_turns + 1)
         saved = random.getstate()
@@ -136,6 +145,8 @@ class GuessNumberEnv(TextEnv):
         return messages + [{"role": "user", "content": won}]
 
     def _respond(self, episode: Episode, reply: str) -> Turn:
+        import textarena
+
         cfg, game = self.config, episode.game
         episode.replies += 1
         call = parse(reply, ("answer", "guess"), cfg.syntax)
