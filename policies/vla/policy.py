@@ -93,7 +93,7 @@ from policies.common.nets import value_mlp
 from policies.common.normalizer import Normalizer
 from policies.lm.load import MODELS, check_causal_lm_dir, load_lm
 from policies.vla.backbone import build_backbone, build_vision
-from policies.vla.tokenizer import BOS_ID, BYTE_OFFSET, ActionTokenizer, InstructionTokenizer, TokenLayout
+from policies.vla.tokenizer import BOS_ID, BYTE_OFFSET, PAD_ID, ActionTokenizer, InstructionTokenizer, TokenLayout
 
 RANDOM_BACKBONES = ("llama", "gpt2")  # fresh, randomly initialised, sized by the config; byte-level language
 L1_NO_DISTRIBUTION = ("VLAPolicy.{} with policy.action_head=l1: the L1 head regresses one action and has no "
@@ -161,6 +161,12 @@ class VLAConfig:
     vision_layers: int = 1  # vision tower layers
     patch_size: int = 8  # ViT/SigLIP patch size in pixels
     image_size: int = 0  # square side images are resized to; 0 = the camera's height
+    # FiLM (Perez et al. 2018) of the state projection by the instruction, as RT-1 conditions its image tokens on the
+    # instruction's embedding (Brohan et al. 2022): the mean input embedding of the instruction's tokens scales and
+    # shifts the projection's hidden layer, so a word can pick which part of the state matters (which ball) before
+    # the backbone sees it. Without it the words never reached the actions (benchmarks/RESULTS.md, "Does the VLA
+    # follow its instruction?"). Starts as the identity (zero-initialised)
+    language_film: bool = False
 
     def __post_init__(self):
         if self.backbone not in RANDOM_BACKBONES and self.backbone not in MODELS:
@@ -259,6 +265,16 @@ class VLAPolicy(Policy):
         self.state_norm = Normalizer(max(self.state_dim, 1))
         self.state_proj = nn.Sequential(nn.Linear(max(self.state_dim, 1), hidden), nn.GELU(), nn.Linear(hidden, hidden))
         self.has_language = keys.LANGUAGE in observation_spec
+        self.film = None  # language_film: the instruction's mean embedding -> scale, shift of state_proj's hidden
+        if config.language_film:
+            check(self.has_language and self.state_dim > 0, "policy.language_film=true conditions the 'state' "
+                  f"projection on the 'language' observation: this env gives {sorted(observation_spec)}")
+            width = backbone.get_input_embeddings().embedding_dim
+            # layer-normed first: input embeddings start at std 0.02 (Llama, GPT-2), which would leave the FiLM
+            # layer a near-zero input and gradient
+            self.film = nn.Sequential(nn.LayerNorm(width, elementwise_affine=False), nn.Linear(width, 2 * hidden))
+            nn.init.zeros_(self.film[1].weight)
+            nn.init.zeros_(self.film[1].bias)
         self.text = None  # the backbone's own tokenizer over the language bytes (a pretrained backbone)
         if self.tokenizer is not None and self.has_language:
             width = config.language_tokens or (observation_spec[keys.LANGUAGE].shape[0]
@@ -309,18 +325,31 @@ class VLAPolicy(Policy):
         """obs [B] -> prefix embeddings [B, P, D]; `features`: camera_features(obs), if already computed."""
         embed = self.lm.get_input_embeddings()
         parts = [self.projector(f) for f in (self.camera_features(obs) if features is None else features)]
-        batch = obs.batch_size[0]
-        if self.state_dim:
-            parts.append(self.state_proj(self.state_norm(obs[keys.STATE])).unsqueeze(1))
-        if self.tokenizer is not None:  # the backbone's own ids, specials as its tokenizer adds them; no bytes
-            if self.text is not None:
-                parts.append(embed(self.text(obs[keys.LANGUAGE])))
-            return torch.cat(parts, 1)
-        ids = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=self.state_norm.offset.device)
+        text = None  # the instruction's ids [B, L]: the backbone's own tokenizer's, or bytes
         if self.has_language:
-            ids = torch.cat([ids, self.layout.text_ids(obs[keys.LANGUAGE])], 1)
-        parts.append(embed(ids))
+            language = obs[keys.LANGUAGE]
+            text = self.text(language) if self.tokenizer is not None else self.layout.text_ids(language)
+        if self.state_dim:
+            parts.append(self.project_state(obs[keys.STATE], text).unsqueeze(1))
+        if self.tokenizer is not None:  # the backbone's own ids, specials as its tokenizer adds them; no bytes
+            if text is not None:
+                parts.append(embed(text))
+            return torch.cat(parts, 1)
+        ids = torch.full((obs.batch_size[0], 1), BOS_ID, dtype=torch.long, device=self.state_norm.offset.device)
+        parts.append(embed(ids if text is None else torch.cat([ids, text], 1)))
         return torch.cat(parts, 1)
+
+    def project_state(self, state: torch.Tensor, text: torch.Tensor | None) -> torch.Tensor:
+        """state [B, S] -> its token [B, D]; with language_film, the hidden layer scaled and shifted by the mean input
+        embedding of the instruction's ids text [B, L] (padding left out)."""
+        if self.film is None:
+            return self.state_proj(self.state_norm(state))
+        hidden = self.state_proj[1](self.state_proj[0](self.state_norm(state)))
+        pad = self.text.pad_id if self.text is not None else PAD_ID
+        keep = (text != pad).unsqueeze(-1).to(hidden.dtype)
+        words = (self.lm.get_input_embeddings()(text) * keep).sum(1) / keep.sum(1).clamp(min=1)
+        scale, shift = self.film(words.to(hidden.dtype)).chunk(2, -1)
+        return self.state_proj[2](hidden * (1 + scale) + shift)
 
     def bin_log_probs(self, logits: torch.Tensor, temperature: float) -> torch.Tensor:
         """Full-vocabulary logits [..., V] -> log-probs over the action bins [..., n_bins]."""

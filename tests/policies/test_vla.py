@@ -386,3 +386,28 @@ def test_token_ratios_score_each_action_token_and_the_mlp_critic_leaves_the_back
     assert ppo_moves_log_probs_with_the_advantage(env, policy)
     with pytest.raises(ConfigError, match="policy.critic"):
         VLAConfig(critic="shared")
+
+
+# --- language FiLM (policy.language_film) --------------------------------------------------
+def test_language_film_starts_as_the_identity_then_the_words_change_the_state_token_and_the_action():
+    env = arm(6, goal_in_state=False)
+    obs, _ = env.reset(seed=0)
+    policy = policy_for(env, language_film=True, decoding="parallel")
+    state, words = obs[keys.STATE], policy.layout.text_ids(obs[keys.LANGUAGE])
+    other = policy.layout.text_ids(env.instructions[env.template * 3 + (env.goal + 1) % 3])  # another ball's name
+    assert torch.equal(policy.project_state(state, words), policy.state_proj(policy.state_norm(state)))  # zero init
+    torch.nn.init.normal_(policy.film[1].weight)  # as after training: the scale and shift read the words
+    assert (policy.project_state(state, words) - policy.project_state(state, other)).abs().amax(-1).min() > 1e-3
+    swapped = obs.clone()
+    swapped[keys.LANGUAGE] = env.instructions[env.template * 3 + (env.goal + 1) % 3]
+    logits = [policy.token_log_probs(o, None, 1.0)[0] for o in (obs, swapped)]
+    assert (logits[0] - logits[1]).abs().amax() > 1e-3
+    # padding is left out of the words' mean: the same instruction at another width gives the same token
+    wide = torch.cat([words, torch.full((6, 8), PAD_ID)], 1)
+    torch.testing.assert_close(policy.project_state(state, wide), policy.project_state(state, words))
+
+
+def test_language_film_without_language_or_state_names_the_key():
+    spec = Spec((4,), torch.float32, -1.0, 1.0)
+    with pytest.raises(ConfigError, match="policy.language_film=true conditions the 'state' projection"):
+        VLAPolicy(VLAConfig(language_film=True), {keys.STATE: Spec((5,), torch.float32)}, spec)
