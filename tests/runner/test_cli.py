@@ -1,4 +1,4 @@
-"""The `embodied` command end to end, as a user runs it (subprocesses)."""
+"""The `embodied` command end to end, as a user runs it (subprocesses; the bad-config cases mostly in this process)."""
 
 import subprocess
 import sys
@@ -58,10 +58,22 @@ def test_multirun_composes_each_job_by_its_own_choices(tmp_path):
         ("policy=lm", ["env.name=arm_reach", "policy=lm", "text envs train"]),  # a language model on a robot env
     ],
 )
-def test_bad_config_fails_at_start_naming_the_key(tmp_path, override, expected):
-    out = embodied("train", "experiment=arm_reach", override, f"hydra.run.dir={tmp_path}/run", cwd=tmp_path)
-    assert out.returncode != 0
-    message = out.stdout + out.stderr
+def test_bad_config_fails_at_start_naming_the_key(tmp_path, override, expected, capsys, monkeypatch):
+    # in this process (a subprocess costs ~5 s of imports each); the first case also runs as the user runs it
+    from embodied.cli import main
+
+    args = ["train", "experiment=arm_reach", override, f"hydra.run.dir={tmp_path}/run"]
+    if override.startswith("experiment="):
+        out = embodied(*args, cwd=tmp_path)
+        code, message = out.returncode, out.stdout + out.stderr
+    else:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(sys, "argv", ["embodied", *args])
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        captured = capsys.readouterr()
+        code, message = exit_.value.code, captured.out + captured.err
+    assert code != 0
     for word in expected:
         assert word in message, f"{word!r} missing from: {message}"
     assert "Traceback" not in message
