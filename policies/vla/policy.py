@@ -325,29 +325,35 @@ class VLAPolicy(Policy):
         """obs [B] -> prefix embeddings [B, P, D]; `features`: camera_features(obs), if already computed."""
         embed = self.lm.get_input_embeddings()
         parts = [self.projector(f) for f in (self.camera_features(obs) if features is None else features)]
-        text = None  # the instruction's ids [B, L]: the backbone's own tokenizer's, or bytes
+        text = words = None  # the instruction's ids [B, L] (the backbone's own tokenizer's, or bytes), embedded once
         if self.has_language:
             language = obs[keys.LANGUAGE]
             text = self.text(language) if self.tokenizer is not None else self.layout.text_ids(language)
+            words = embed(text)
         if self.state_dim:
-            parts.append(self.project_state(obs[keys.STATE], text).unsqueeze(1))
+            parts.append(self.project_state(obs[keys.STATE], text, words).unsqueeze(1))
         if self.tokenizer is not None:  # the backbone's own ids, specials as its tokenizer adds them; no bytes
-            if text is not None:
-                parts.append(embed(text))
+            if words is not None:
+                parts.append(words)
             return torch.cat(parts, 1)
-        ids = torch.full((obs.batch_size[0], 1), BOS_ID, dtype=torch.long, device=self.state_norm.offset.device)
-        parts.append(embed(ids if text is None else torch.cat([ids, text], 1)))
+        bos = torch.full((obs.batch_size[0], 1), BOS_ID, dtype=torch.long, device=self.state_norm.offset.device)
+        parts.append(embed(bos))
+        if words is not None:
+            parts.append(words)
         return torch.cat(parts, 1)
 
-    def project_state(self, state: torch.Tensor, text: torch.Tensor | None) -> torch.Tensor:
+    def project_state(self, state: torch.Tensor, text: torch.Tensor | None,
+                      words: torch.Tensor | None = None) -> torch.Tensor:
         """state [B, S] -> its token [B, D]; with language_film, the hidden layer scaled and shifted by the mean input
-        embedding of the instruction's ids text [B, L] (padding left out)."""
+        embedding of the instruction's ids text [B, L] (padding left out); `words`: those embeddings [B, L, D], if
+        already looked up."""
         if self.film is None:
             return self.state_proj(self.state_norm(state))
         hidden = self.state_proj[1](self.state_proj[0](self.state_norm(state)))
         pad = self.text.pad_id if self.text is not None else PAD_ID
         keep = (text != pad).unsqueeze(-1).to(hidden.dtype)
-        words = (self.lm.get_input_embeddings()(text) * keep).sum(1) / keep.sum(1).clamp(min=1)
+        words = self.lm.get_input_embeddings()(text) if words is None else words
+        words = (words * keep).sum(1) / keep.sum(1).clamp(min=1)
         scale, shift = self.film(words.to(hidden.dtype)).chunk(2, -1)
         return self.state_proj[2](hidden * (1 + scale) + shift)
 
