@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 
 class RunLogger:
@@ -49,6 +51,16 @@ class RunLogger:
     def close(self) -> None:
         self.progress.stop()
         self.tb.close()
+
+
+@contextmanager
+def update_progress(description: str, total: int, done: int = 0, show: bool = True) -> Iterator[Callable[[], None]]:
+    """A live bar over a stage that counts updates (BC, offline RL), on a terminal: yields `advance()`."""
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("updates"),
+                   TimeElapsedColumn(), TimeRemainingColumn(), disable=not (show and sys.stderr.isatty()))
+    task = bar.add_task(description, total=total, completed=done)
+    with bar:
+        yield lambda: bar.advance(task)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

@@ -44,7 +44,7 @@ from embodied.device import resolve_device
 from embodied.runner import checkpoint, init_from
 from embodied.runner.bc import BCConfig, bc_optimizer, bc_step, shift_images
 from embodied.runner.evaluate import evaluate
-from embodied.runner.logger import RunLogger, plot_curve, read_metrics
+from embodied.runner.logger import RunLogger, plot_curve, read_metrics, update_progress
 from embodied.runner.offpolicy import OffPolicyLoop, OnlineConfig
 from embodied.runner.trainer import TrainConfig, Trainer
 
@@ -259,15 +259,17 @@ class Pipeline:
         optimizer, schedule = bc_optimizer(policy, cfg)
         stage_dir = self.run_dir / "bc"
         (stage_dir / "metrics.jsonl").unlink(missing_ok=True)  # short: an interrupted BC stage starts over
-        for update in range(1, cfg.updates + 1):
-            batch = source.sample(cfg.batch_size, self.generator)
-            if cfg.shift:
-                batch = shift_images(batch, cfg.shift, self.generator)
-            losses = bc_step(policy, optimizer, batch, cfg.value_coef)
-            if schedule is not None:
-                schedule.step()
-            if update % cfg.eval_every == 0 or update == cfg.updates:
-                _log(stage_dir, {"update": update, **{k: float(v) for k, v in losses.items()}, **self._eval("eval")})
+        with update_progress("bc", cfg.updates, show=self.train_cfg.progress) as advance:
+            for update in range(1, cfg.updates + 1):
+                batch = source.sample(cfg.batch_size, self.generator)
+                if cfg.shift:
+                    batch = shift_images(batch, cfg.shift, self.generator)
+                losses = bc_step(policy, optimizer, batch, cfg.value_coef)
+                if schedule is not None:
+                    schedule.step()
+                if update % cfg.eval_every == 0 or update == cfg.updates:
+                    _log(stage_dir, {"update": update, **{k: float(v) for k, v in losses.items()}, **self._eval("eval")})
+                advance()
         if cfg.distill_updates:
             metrics = policy.distill_student(source, self.env, cfg.distill_updates, cfg.batch_size, cfg.lr,
                                              self.generator, seed=self.config["seed"] + 3_000_017)  # fmt: skip
@@ -287,14 +289,17 @@ class Pipeline:
             self.generator.set_state(state["generator"])
             update = state["updates"]
             _truncate(self.run_dir / "offline", "update", update)
-        while update < cfg.updates:
-            metrics = algo.update(source.sample(algo.config.batch_size, self.generator))
-            update += 1
-            if update % cfg.eval_every == 0 or update == cfg.updates:
-                record = {"update": update, **{f"algo/{k}": float(v) for k, v in metrics.items()}, **self._eval("eval")}
-                _log(self.run_dir / "offline", record)
-                self._save("offline", "latest", {"updates": update, "algo": algo.state_dict(),
-                                                 "generator": self.generator.get_state()})
+        with update_progress("offline", cfg.updates, update, self.train_cfg.progress) as advance:
+            while update < cfg.updates:
+                metrics = algo.update(source.sample(algo.config.batch_size, self.generator))
+                update += 1
+                if update % cfg.eval_every == 0 or update == cfg.updates:
+                    record = {"update": update, **{f"algo/{k}": float(v) for k, v in metrics.items()},
+                              **self._eval("eval")}
+                    _log(self.run_dir / "offline", record)
+                    self._save("offline", "latest", {"updates": update, "algo": algo.state_dict(),
+                                                     "generator": self.generator.get_state()})
+                advance()
         final_state = {"updates": update}
         if hasattr(algo, "log_alpha"):
             final_state["log_alpha"] = algo.log_alpha.detach().clone()  # the online SAC starts from it

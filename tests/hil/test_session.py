@@ -204,43 +204,45 @@ def test_rewound_rows_never_reach_the_learner(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(sink.added, states[~rewound], strict=True))
 
 
-def test_a_correction_session_trains_the_next_policy_through_data(ckpt, tmp_path):
+def test_a_correction_session_trains_the_next_policy_through_data(ckpt, tmp_path, capsys, monkeypatch):
     """`embodied train ... data=<session store>`: the session's kept rows are the demonstrations of BC and offline RL
     and the offline share of online RLPD (no scripted expert regenerated); a store whose shapes do not fit the env,
     an empty store and data= on a run without stages each fail at start naming the problem."""
     import subprocess
 
-    from embodied.cli import correct_cmd
+    from embodied.cli import correct_cmd, main
 
     store = tmp_path / "session"
     assert correct_cmd([str(ckpt), "robot=sim", "teleop=scripted", "--episodes", "3", "--steps", "40",
                         "--store", str(store), "--no-status"]) == 0  # fmt: skip
-
-    def train(*overrides):
-        return subprocess.run([sys.executable, "-m", "embodied.cli", "train", "experiment=arm_reach_o2o",
-                               "pipeline.demos.episodes=0", "pipeline.bc.updates=20", "pipeline.offline.updates=20",
-                               "train.total_env_steps=64", "train.eval_episodes=4", "pipeline.online.eval_episodes=4",
-                               "pipeline.online.eval_every=10000", "train.progress=false",
-                               f"hydra.run.dir={tmp_path}/run", *overrides],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    o2o = ["train", "experiment=arm_reach_o2o", "pipeline.demos.episodes=0", "pipeline.bc.updates=20",
+           "pipeline.offline.updates=20", "train.total_env_steps=64", "train.eval_episodes=4",
+           "pipeline.online.eval_episodes=4", "pipeline.online.eval_every=10000", "train.progress=false"]
 
     kept = sum(int((~EpisodeStore(store / "episodes.zarr").episode(i)["rewound"].bool()).sum()) for i in range(3))
-    out = train(f"data={store}")
+    out = subprocess.run([sys.executable, "-m", "embodied.cli", *o2o, f"data={store}", f"hydra.run.dir={tmp_path}/run"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)  # as the user runs it
     assert out.returncode == 0, out.stderr
     assert f"data: {kept:,} transitions from {store}" in out.stdout
     assert (tmp_path / "run" / "bc" / "checkpoints" / "final" / "model.safetensors").exists()
+
+    def fails(*args) -> str:  # the failures in this process: a subprocess costs ~5 s of imports each
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(sys, "argv", ["embodied", *args])
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        err = capsys.readouterr().err
+        assert exit_.value.code == 1 and "Traceback" not in err, err
+        return err
 
     with EpisodeStore(tmp_path / "wrong.zarr", mode="w") as wrong:  # a 3-joint arm's actions, not this env's 4
         wrong.append_episode({"obs/state": np.zeros((5, 26), np.float32), "obs/privileged": np.zeros((5, 10), np.float32),
                               "obs/language": np.zeros((5, 64), np.uint8), "action": np.zeros((5, 3), np.float32),
                               "reward": np.zeros(5, np.float32), "terminated": np.zeros(5, bool),
                               "truncated": np.zeros(5, bool)})  # fmt: skip
-    out = train(f"data={tmp_path / 'wrong.zarr'}", f"hydra.run.dir={tmp_path}/bad")
-    assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert "'action' has shape (3,) per row, the env's spec (4,)" in out.stderr, out.stderr
+    err = fails(*o2o, f"data={tmp_path / 'wrong.zarr'}", f"hydra.run.dir={tmp_path}/bad")
+    assert "'action' has shape (3,) per row, the env's spec (4,)" in err
     EpisodeStore(tmp_path / "empty.zarr", mode="w").close()
-    out = train(f"data={tmp_path / 'empty.zarr'}", f"hydra.run.dir={tmp_path}/empty")
-    assert out.returncode == 1 and "holds no episodes" in out.stderr, out.stderr
-    out = subprocess.run([sys.executable, "-m", "embodied.cli", "train", "experiment=arm_reach", f"data={store}",
-                          f"hydra.run.dir={tmp_path}/ppo"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 1 and "feeds a pipeline's stages" in out.stderr, out.stderr
+    assert "holds no episodes" in fails(*o2o, f"data={tmp_path / 'empty.zarr'}", f"hydra.run.dir={tmp_path}/empty")
+    assert "feeds a pipeline's stages" in fails("train", "experiment=arm_reach", f"data={store}",
+                                                 f"hydra.run.dir={tmp_path}/ppo")
