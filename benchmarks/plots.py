@@ -8,7 +8,7 @@ As a script: the evaluation curves (`eval/success` in metrics.jsonl, e.g. from `
     .venv/bin/python benchmarks/plots.py runs/arm_reach_diffusion_ppo runs/arm_reach_flow_ppo --out curves.png
 
 `--metric train/success --smooth 10` plots the training episodes' success instead (every iteration logs it),
-as a mean over the last 10 iterations.
+as a mean over the last 10 iterations; `--from-steps N` leaves out the points before N env steps.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--title", default="deterministic evaluation during training (one line per seed)")
     parser.add_argument("--metric", default="eval/success", help="the metrics.jsonl key to plot")
     parser.add_argument("--smooth", type=int, default=1, help="mean over this many logged points")
+    parser.add_argument("--from-steps", type=int, default=0, help="leave out points before this many env steps (the "
+                        "first rollouts after a synchronous reset count only the episodes that ended early)")
     args = parser.parse_args()
     metric = args.metric
     curves = {}
@@ -64,7 +66,7 @@ def main() -> None:
             records = [r for r in read_metrics(online) if metric in r]
             ys = np.array([r[metric] for r in records], dtype=float)
             means = [ys[max(0, i + 1 - args.smooth) : i + 1].mean() for i in range(len(ys))]  # the last `smooth`
-            points = [(r["env_steps"], float(m)) for r, m in zip(records, means)]
+            points = [(r["env_steps"], float(m)) for r, m in zip(records, means) if r["env_steps"] >= args.from_steps]
             # the curve starts at the evaluation after behaviour cloning, where there is one
             bc = [r["eval/success"] for r in read_metrics(run / "bc") if "eval/success" in r]
             if points and bc and bc[-1] is not None and metric == "eval/success":

@@ -183,6 +183,7 @@ class Pipeline:
         todo = {"bc": self.cfg.bc.updates, "offline": self.cfg.offline.updates, "online": self.train_cfg.total_env_steps}
         paths = self.data_paths() if self.cfg.demos.episodes or self.data else []
         online_steps, summary = 0, {"run_dir": str(self.run_dir)}
+        self.final_eval = None  # the on-policy stage's last evaluation, where it is the one below
         for index, stage in enumerate(STAGES):
             final = checkpoint.usable(self.run_dir / stage / "checkpoints" / "final")
             if final is not None:
@@ -209,8 +210,10 @@ class Pipeline:
         if self.config.get("init_from"):
             summary["init_from"] = self.config["init_from"]
         if self.train_cfg.eval_episodes:
-            env = make_env(self.config, self.train_cfg.eval_episodes, self.device)
-            result = evaluate(self.policy, env, seed=self.config["seed"] + 1_000_003)
+            result = self.final_eval
+            if result is None:
+                env = make_env(self.config, self.train_cfg.eval_episodes, self.device)
+                result = evaluate(self.policy, env, seed=self.config["seed"] + 1_000_003)
             summary.update({f"eval/{k}": v for k, v in result.items()})
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         return summary
@@ -359,8 +362,11 @@ class Pipeline:
             trainer = Trainer({**self.config, "data": None, "init_from": None,
                                "train": {**self.config["train"], "eval_episodes": episodes}}, stage_dir)  # fmt: skip
             trainer.policy.load_state_dict(self.policy.state_dict())
-        trainer.learn()
+        result = trainer.learn()
         self.policy.load_state_dict(trainer.policy.state_dict())
+        if episodes == self.train_cfg.eval_episodes and self.train_cfg.eval_deterministic:
+            # the same episodes from the same seed with the same weights: the pipeline's final evaluation, done
+            self.final_eval = {k.removeprefix("eval/"): v for k, v in result.items() if k.startswith("eval/")} or None
         return trainer.env_steps
 
     # --- helpers ---------------------------------------------------------------------------

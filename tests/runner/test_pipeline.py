@@ -17,6 +17,7 @@ from embodied.config import ConfigError
 from embodied.data.replay import SOURCE, MixedSampler
 from embodied.runner import checkpoint
 from embodied.data.store import EpisodeStore
+from embodied.runner import pipeline as pipeline_module
 from embodied.runner.pipeline import Pipeline
 from embodied.runner.pipeline import runner_class
 from embodied.runner.trainer import Trainer
@@ -157,14 +158,17 @@ def test_critic_warmup_freezes_the_actor_while_the_critic_learns(tmp_path):
     assert any(not torch.equal(before[k], after[k]) for k in critic)
 
 
-def test_ppo_online_stage_fine_tunes_the_behaviour_cloned_policy(tmp_path):
+def test_ppo_online_stage_fine_tunes_the_behaviour_cloned_policy(tmp_path, monkeypatch):
     """algo=ppo: the online stage is the on-policy Trainer, started from the BC weights (with a zero step
     size the weights after it are the BC stage's) and resumable like any stage."""
     overrides = ["experiment=arm_reach_bc_ppo", "train.num_envs=8", "train.rollout_steps=4", "train.total_env_steps=64",
                  "train.eval_episodes=4", "train.progress=false", "policy.actor_hidden=[16]", "policy.critic_hidden=[16]", "pipeline.demos.episodes=8",
                  "pipeline.bc.updates=20", "pipeline.bc.batch_size=32", "pipeline.online.eval_episodes=4",
                  "algo.lr=1e-30", "algo.desired_kl=null", "algo.minibatches=2", "train.eval_every=1"]
-    summary = Pipeline(compose(overrides), tmp_path).learn()
+    pipeline = Pipeline(compose(overrides), tmp_path)
+    calls, evaluate = [], pipeline_module.evaluate
+    monkeypatch.setattr(pipeline_module, "evaluate", lambda *a, **k: calls.append(a) or evaluate(*a, **k))
+    summary = pipeline.learn()
     assert summary["env_steps"] == 64 and summary["eval/episodes"] == 4
     bc = checkpoint.load_model(tmp_path / "bc" / "checkpoints" / "final")
     online = checkpoint.load_model(tmp_path / "online" / "checkpoints" / "final")
@@ -175,6 +179,9 @@ def test_ppo_online_stage_fine_tunes_the_behaviour_cloned_policy(tmp_path):
     records = rows(tmp_path / "online" / "metrics.jsonl")
     assert [r["env_steps"] for r in records if "algo/loss" in r] == [32, 64]
     assert [r["env_steps"] for r in records if "eval/success" in r] == [32, 64, 64]  # eval_every=1, then the last
+    # the stage's last evaluation (the same 4 episodes from the same seed) is the pipeline's final one, not redone
+    assert summary["eval/success"] == records[-1]["eval/success"] and summary["eval/return"] == records[-1]["eval/return"]
+    assert len(calls) == 1  # BC's evaluation only
     assert Pipeline.resume(tmp_path).iteration == 2  # bc and online done; offline skipped
 
 

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The pixel VLA's PPO at many envs on a GPU machine (issue 19 item 1: RL over the VLA from pixels, 3 seeds), from BC
+# checkpoints made on the CPU by `embodied train experiment=mujoco_reach_rgb_vla_ppo seed=<s> train.total_env_steps=0`
+# and copied to .s19bc/bc_seed<s>. One process per seed, all at once; each evaluates its BC weights first (500
+# episodes, train.eval_at_start) and again after PPO, so before and after are the same protocol on the same machine.
+# Why many envs: nothing in the first frame predicts a sampled episode's outcome (RESULTS.md, session 17), so the
+# advantages need many episodes per update: 256 envs x 32 steps is ~220 episodes per update against ~27 at 32 envs.
+# On a device machine (carry .whl .gl .s19bc; python3 there holds CUDA torch but not mujoco, zarr or hydra):
+#   OUT=<dir> bash benchmarks/vla_pixels_gpu_job.sh
+# Knobs: PPO_S (seconds of PPO per seed), N (envs per seed), SEEDS, EXTRA (more overrides). train.eval_every=10000:
+# no evaluation mid-run (500 pixel episodes each), the curve between is the training success.
+set -u
+OUT=${OUT:-/tmp/out}
+if ! python3 -c "import mujoco, zarr, hydra" 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+fi
+if [ -d .gl ] && nvidia-smi >/dev/null 2>&1; then  # the GL loaders (libglvnd, EGL) the image lacks, for MuJoCo's EGL rendering on the GPU
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+    [ -f $egl ] && export __EGL_VENDOR_LIBRARY_FILENAMES=$egl
+fi
+export MUJOCO_GL=egl PYTHONUNBUFFERED=1
+PPO_S=${PPO_S:-390}
+N=${N:-256}
+nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; git rev-parse HEAD 2>/dev/null
+mkdir -p /tmp/v "$OUT"
+for s in ${SEEDS:-0 1 2}; do
+    OMP_NUM_THREADS=2 timeout $((PPO_S + 150)) python3 -m embodied.cli train experiment=mujoco_reach_rgb_vla_ppo \
+        seed=$s device=${DEVICE:-cuda} init_from=.s19bc/bc_seed$s pipeline.demos.episodes=0 pipeline.bc.updates=0 \
+        train.num_envs=$N train.total_env_steps=4_000_000 train.max_seconds=$PPO_S train.eval_at_start=true \
+        train.eval_every=10000 train.eval_episodes=500 pipeline.online.eval_episodes=500 train.progress=false hydra.run.dir=/tmp/v/run_seed$s ${EXTRA:-} \
+        > "$OUT/pixel_seed$s.log" 2>&1 &
+done
+wait
+for s in ${SEEDS:-0 1 2}; do
+    cp /tmp/v/run_seed$s/online/metrics.jsonl "$OUT/pixel_seed${s}_ppo_metrics.jsonl" 2>/dev/null
+    echo "seed $s: $(grep -h 'evaluation: success\|trained' "$OUT/pixel_seed$s.log" | tr '\n' ' ')"
+done | tee "$OUT/summary.txt"
