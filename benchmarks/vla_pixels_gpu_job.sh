@@ -12,10 +12,12 @@
 set -u
 OUT=${OUT:-/tmp/out}
 if ! python3 -c "import mujoco, zarr, hydra" 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site:$PWD
 fi
-if [ -d .gl ] && nvidia-smi >/dev/null 2>&1; then  # the GL loaders (libglvnd, EGL) the image lacks, for MuJoCo's EGL rendering on the GPU
+# the GL loaders (libglvnd, EGL) the image lacks, for MuJoCo's EGL rendering on the GPU
+if [ -d .gl ] && nvidia-smi >/dev/null 2>&1; then
     for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
     egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
@@ -30,7 +32,8 @@ for s in ${SEEDS:-0 1 2}; do
     OMP_NUM_THREADS=2 timeout $((PPO_S + 150)) python3 -m embodied.cli train experiment=mujoco_reach_rgb_vla_ppo \
         seed=$s device=${DEVICE:-cuda} init_from=.s19bc/bc_seed$s pipeline.demos.episodes=0 pipeline.bc.updates=0 \
         train.num_envs=$N train.total_env_steps=4_000_000 train.max_seconds=$PPO_S train.eval_at_start=true \
-        train.eval_every=10000 train.eval_episodes=500 pipeline.online.eval_episodes=500 train.progress=false hydra.run.dir=/tmp/v/run_seed$s ${EXTRA:-} \
+        train.eval_every=10000 train.eval_episodes=500 pipeline.online.eval_episodes=500 train.progress=false \
+        hydra.run.dir=/tmp/v/run_seed$s ${EXTRA:-} \
         > "$OUT/pixel_seed$s.log" 2>&1 &
 done
 wait

@@ -271,7 +271,8 @@ class Pipeline:
                 if schedule is not None:
                     schedule.step()
                 if update % cfg.eval_every == 0 or update == cfg.updates:
-                    _log(stage_dir, {"update": update, **{k: float(v) for k, v in losses.items()}, **self._eval("eval")})
+                    record = {"update": update, **{k: float(v) for k, v in losses.items()}, **self._eval("eval")}
+                    _log(stage_dir, record)
                 advance()
         if cfg.distill_updates:
             metrics = policy.distill_student(source, self.env, cfg.distill_updates, cfg.batch_size, cfg.lr,

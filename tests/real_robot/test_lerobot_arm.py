@@ -39,6 +39,10 @@ def wait_for_failsafe(arm, seconds: float = 2.0) -> None:
     deadline = time.monotonic() + seconds
     while arm.failsafe_reason is None and time.monotonic() < deadline:
         time.sleep(0.005)
+    # the watchdog sets the reason, then writes its hold, under this lock: a test that restores the link next must not
+    # race the hold's write (a hold due to fail on the cut link was written after it came back: 4 writes, not 3)
+    with arm._io:
+        pass
 
 
 @pytest.mark.parametrize("name", LEROBOT_ARMS)
@@ -85,6 +89,14 @@ def test_link_loss_on_read_fails_safe_and_the_watchdog_survives_it(name):
         return arm.send_action(obs["qpos"], stamp=obs["timestamp"])
 
     with lerobot_arm(name, control_hz=10, safety={"watchdog_periods": 1.25}) as (arm, bus):
+        hold = arm._failsafe
+
+        def slow_hold(reason: str) -> None:  # the hold written 50 ms after the reason is set, as on a stalled host:
+            # a test that restored the link before the hold was tried would see it written (wait_for_failsafe waits)
+            time.sleep(0.05)
+            hold(reason)
+
+        arm._failsafe = slow_hold
         before = arm.get_observation()
         bus.link_up = False
         obs = arm.get_observation()  # the last reading, flagged: the robot fails safe (the hold cannot be written)
@@ -99,6 +111,7 @@ def test_link_loss_on_read_fails_safe_and_the_watchdog_survives_it(name):
         assert arm.failsafe_reason.startswith("no command for") and len(bus.goal_log) == 1
         bus.link_up = True
         arm.clear_failsafe()
+        assert len(bus.goal_log) == 1  # that hold was tried on the cut link (the test waited for it), not written
         assert command() is not None
         wait_for_failsafe(arm)  # the watchdog thread survived the failed hold: it fires, and holds, again
         assert arm.failsafe_reason.startswith("no command for") and len(bus.goal_log) == 3
