@@ -22,7 +22,7 @@ from lerobot.motors.feetech import FeetechMotorsBus
 from embodied import registry
 from real_robot.arms.lerobot_arm import MOTORS
 from real_robot.robot import RobotError
-from real_robot.sim import fake_lerobot as fake
+from embodied.testing import fake_lerobot as fake
 from embodied.testing.fake_lerobot import save_calibration
 from embodied.testing.fake_lerobot_bus import FakeFeetechBus, fake_motor_buses
 from tests.real_robot.command_property import fire_commands
@@ -57,6 +57,8 @@ def follower(name: str, folder: str) -> dict:
     deadline = time.monotonic() + 10.0
     while arm.failsafe_reason is None and time.monotonic() < deadline:  # no further command: the watchdog fires
         time.sleep(0.05)
+    with arm._io:  # the watchdog sets the reason, then writes its hold, under this lock
+        pass
     rec |= {"failsafe_reason": arm.failsafe_reason, "hold_goals": dict(bus.goals)}
     rec["after_failsafe"] = [qpos(arm) for _ in range(3)]
     obs = arm.get_observation()
