@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 # MuJoCo picks its GL backend when first imported, whichever test imports it first: offscreen EGL
@@ -38,6 +39,23 @@ def pytest_collection_modifyitems(config, items):
         for marker, reason in reasons.items():
             if reason and marker in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def cli_fails(tmp_path, monkeypatch, capsys):
+    """`embodied ARGS` run in this process from tmp_path (a subprocess costs ~5 s of imports) where it must exit:
+    `cli_fails(*args)` returns (exit code, stdout, stderr)."""
+    from embodied.cli import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(sys, "argv", ["embodied", *args])
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        captured = capsys.readouterr()
+        return exit_.value.code, captured.out, captured.err
+
+    return run
 
 
 @pytest.fixture(scope="session")

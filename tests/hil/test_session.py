@@ -204,13 +204,13 @@ def test_rewound_rows_never_reach_the_learner(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(sink.added, states[~rewound], strict=True))
 
 
-def test_a_correction_session_trains_the_next_policy_through_data(ckpt, tmp_path, capsys, monkeypatch):
+def test_a_correction_session_trains_the_next_policy_through_data(ckpt, tmp_path, cli_fails):
     """`embodied train ... data=<session store>`: the session's kept rows are the demonstrations of BC and offline RL
     and the offline share of online RLPD (no scripted expert regenerated); a store whose shapes do not fit the env,
     an empty store and data= on a run without stages each fail at start naming the problem."""
     import subprocess
 
-    from embodied.cli import correct_cmd, main
+    from embodied.cli import correct_cmd
 
     store = tmp_path / "session"
     assert correct_cmd([str(ckpt), "robot=sim", "teleop=scripted", "--episodes", "3", "--steps", "40",
@@ -226,13 +226,9 @@ def test_a_correction_session_trains_the_next_policy_through_data(ckpt, tmp_path
     assert f"data: {kept:,} transitions from {store}" in out.stdout
     assert (tmp_path / "run" / "bc" / "checkpoints" / "final" / "model.safetensors").exists()
 
-    def fails(*args) -> str:  # the failures in this process: a subprocess costs ~5 s of imports each
-        monkeypatch.chdir(tmp_path)
-        monkeypatch.setattr(sys, "argv", ["embodied", *args])
-        with pytest.raises(SystemExit) as exit_:
-            main()
-        err = capsys.readouterr().err
-        assert exit_.value.code == 1 and "Traceback" not in err, err
+    def fails(*args) -> str:  # the failures in this process
+        code, _, err = cli_fails(*args)
+        assert code == 1 and "Traceback" not in err, err
         return err
 
     with EpisodeStore(tmp_path / "wrong.zarr", mode="w") as wrong:  # a 3-joint arm's actions, not this env's 4

@@ -58,21 +58,15 @@ def test_multirun_composes_each_job_by_its_own_choices(tmp_path):
         ("policy=lm", ["env.name=arm_reach", "policy=lm", "text envs train"]),  # a language model on a robot env
     ],
 )
-def test_bad_config_fails_at_start_naming_the_key(tmp_path, override, expected, capsys, monkeypatch):
-    # in this process (a subprocess costs ~5 s of imports each); the first case also runs as the user runs it
-    from embodied.cli import main
-
+def test_bad_config_fails_at_start_naming_the_key(tmp_path, override, expected, cli_fails):
+    # in this process (cli_fails); the first case also runs as the user runs it
     args = ["train", "experiment=arm_reach", override, f"hydra.run.dir={tmp_path}/run"]
     if override.startswith("experiment="):
         out = embodied(*args, cwd=tmp_path)
         code, message = out.returncode, out.stdout + out.stderr
     else:
-        monkeypatch.chdir(tmp_path)
-        monkeypatch.setattr(sys, "argv", ["embodied", *args])
-        with pytest.raises(SystemExit) as exit_:
-            main()
-        captured = capsys.readouterr()
-        code, message = exit_.value.code, captured.out + captured.err
+        code, out, err = cli_fails(*args)
+        message = out + err
     assert code != 0
     for word in expected:
         assert word in message, f"{word!r} missing from: {message}"
