@@ -269,6 +269,7 @@ def _run_episode(actor, env, rewinder, learning, store, settings, episode, statu
             quit_ = True
         if label != NO_LABEL or quit_ or bool(row[keys.TERMINATED][0]) or bool(row[keys.TRUNCATED][0]):
             break
+    ended = _ending(env, row, label, quit_)
     if label == NO_LABEL and bool(row[keys.SUCCESS][0]):
         label = SUCCESS_LABEL  # a simulator knows its success criterion; a robot needs the key
     for record in held:  # the episode is over: nothing can undo these any more
@@ -276,8 +277,23 @@ def _run_episode(actor, env, rewinder, learning, store, settings, episode, statu
     _store_episode(store, rows, label)
     actor.reset()  # the next episode starts from the robot's present state (a robot is not teleported)
     flags = [bool(r["row"][keys.IS_INTERVENTION][0]) for r in rows]
-    return {"episode": episode, "steps": len(rows), "label": label, "intervention_rate": float(np.mean(flags)),
-            "rewinds": rewinds, **{f"learner/{k}": v for k, v in learning.stats().items()}}, quit_  # fmt: skip
+    return {"episode": episode, "steps": len(rows), "label": label, "ended": ended,
+            "intervention_rate": float(np.mean(flags)), "rewinds": rewinds, **{f"learner/{k}": v for k, v in learning.stats().items()}}, quit_  # fmt: skip
+
+
+def _ending(env, row, label: int, quit_: bool) -> str:
+    """Why an episode ended, for the operator's summary: a key, the robot's failsafe (a watchdog hold after a stall
+    of the control loop, a workspace breach), the environment's termination, or the step limit."""
+    if label != NO_LABEL:
+        return "success key" if label == SUCCESS_LABEL else "failure key"
+    if quit_:
+        return "quit key"
+    if bool(row[keys.TERMINATED][0]):
+        robot = getattr(env, "robot", None)
+        if getattr(robot, "failsafe_reason", None):
+            return f"failsafe ({robot.failsafe_kind}): {robot.failsafe_reason}"
+        return "terminated by the environment"
+    return "step limit"  # the loop's end, or the env's truncation at the same count (max_episode_steps=steps)
 
 
 def _send(learning, record: dict) -> None:

@@ -1,7 +1,9 @@
 """`embodied correct` end to end: a keyboard session in a pseudo-terminal, a scripted session in the sim."""
 
+import json
 import os
 import pty
+import re
 import select
 import sys
 import time
@@ -25,10 +27,32 @@ def _read_until(fd: int, needle: bytes, out: bytearray, timeout: float) -> bool:
     return needle in out
 
 
+_STATUS = re.compile(rb"episode (\d+) step (\d+)  intervention (\d+)%  rewinds (\d+)")
+
+
+def _wait_status(fd: int, out: bytearray, until, timeout: float = 60) -> tuple[int, int, int, int]:
+    """Read the session's live status line until `until(episode, step, intervention %, rewinds)` holds for the newest
+    one: the test presses keys when the loop shows it has acted, not after a sleep (a loaded host stalls it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = _STATUS.findall(bytes(out))
+        if lines and until(*map(int, lines[-1])):
+            return tuple(map(int, lines[-1]))
+        if select.select([fd], [], [], 0.05)[0]:
+            try:
+                out += os.read(fd, 65536)
+            except OSError:  # the child closed the terminal
+                break
+    raise AssertionError(f"the status line never showed the awaited state:\n{out.decode(errors='replace')}")
+
+
 def test_keyboard_session_in_a_pseudo_terminal(ckpt, tmp_path):
     store = tmp_path / "session"
+    # the watchdog at its longest (20 periods, 2 s): a busy CI host stalls the loop past the default 175 ms, and the
+    # hold would end an episode before its key; teleop.hold_s keeps the axis pressed without the terminal's repeats
     argv = ["embodied", "correct", str(ckpt), "robot=sim_arm", "robot.control_hz=10", "robot.physics_hz=20",
-            "teleop=keyboard", "--hz", "10", "--episodes", "2", "--steps", "200", "--rewind-steps", "3", "--store", str(store)]  # fmt: skip
+            "robot.safety.watchdog_periods=20", "teleop=keyboard", "teleop.hold_s=60", "--hz", "10",
+            "--episodes", "2", "--steps", "200", "--rewind-steps", "3", "--store", str(store)]  # fmt: skip
     pid, fd = pty.fork()
     if pid == 0:  # the child: the CLI in a real terminal (forked, so it skips the interpreter start-up)
         code = 1
@@ -47,18 +71,19 @@ def test_keyboard_session_in_a_pseudo_terminal(ckpt, tmp_path):
             os._exit(code)
     out = bytearray()
     try:
-        assert _read_until(fd, b"episode 0 step", out, 60), out.decode(errors="replace")
+        _wait_status(fd, out, lambda ep, step, human, rewinds: ep == 0)
         os.write(fd, b"a")  # joint 0 plus: takes over
-        time.sleep(0.5)
+        _, took, _, _ = _wait_status(fd, out, lambda ep, step, human, rewinds: human > 0)
+        _wait_status(fd, out, lambda ep, step, human, rewinds: step >= took + 3)  # 4+ operator steps
         os.write(fd, b"b")  # rewind 3 steps (the arm drives back through the safety layer) ...
-        time.sleep(0.6)
+        _, rewound, _, _ = _wait_status(fd, out, lambda ep, step, human, rewinds: rewinds == 1)
         os.write(fd, b"a")  # ... and correct from there
-        time.sleep(0.3)
+        _wait_status(fd, out, lambda ep, step, human, rewinds: step >= rewound + 2)
         os.write(fd, b" ")  # let go
-        time.sleep(0.4)
+        shown = _wait_status(fd, out, lambda ep, step, human, rewinds: True)[1]
+        _wait_status(fd, out, lambda ep, step, human, rewinds: step >= shown + 2)
         os.write(fd, b"y")  # success: ends episode 0
-        assert _read_until(fd, b"episode 1 step", out, 30), out.decode(errors="replace")
-        time.sleep(0.3)
+        _wait_status(fd, out, lambda ep, step, human, rewinds: ep == 1)
         os.write(fd, b"n")  # failure: ends episode 1 and the session
         _read_until(fd, b"episodes written to", out, 30)
     finally:
@@ -68,6 +93,8 @@ def test_keyboard_session_in_a_pseudo_terminal(ckpt, tmp_path):
     reader = EpisodeStore(store / "episodes.zarr")
     assert reader.num_episodes == 2
     first, second = reader.episode(0), reader.episode(1)
+    log = out.decode(errors="replace")
+    assert '"ended": "success key"' in log and '"ended": "failure key"' in log, log
     assert first["label"].unique().tolist() == [1] and second["label"].unique().tolist() == [0]
     human = first[keys.IS_INTERVENTION]
     assert human.dtype == torch.bool and 2 <= int(human.sum()) < len(human)
@@ -131,7 +158,26 @@ def test_lost_learner_holds_the_arm(ckpt, tmp_path):
     assert float((qpos - qpos[0]).abs().max()) < 1e-3
 
 
-def test_a_watchdog_hold_between_episodes_does_not_end_the_next_one(ckpt, tmp_path, monkeypatch):
+def test_an_episode_the_failsafe_ends_says_so(ckpt, tmp_path, capsys):
+    """A watchdog shorter than the control period holds the arm during the first step's wait: the episode ends there,
+    unlabelled, and the summary names the failsafe (an operator otherwise sees a short episode and no reason)."""
+    from embodied.cli import correct_cmd
+
+    leader, follower = pty.openpty()
+    try:
+        code = correct_cmd([str(ckpt), "robot=sim_arm", "robot.control_hz=10", "robot.physics_hz=20",
+                            "robot.safety.watchdog_periods=0.05", f"teleop.fd={follower}", "--hz", "10",
+                            "--steps", "20", "--no-status", "--store", str(tmp_path / "held")])  # fmt: skip
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert summary["steps"] == 1 and summary["label"] == -1, summary
+    assert summary["ended"].startswith("failsafe (watchdog): no command for "), summary
+
+
+def test_a_watchdog_hold_between_episodes_does_not_end_the_next_one(ckpt, tmp_path, monkeypatch, capsys):
     """Between episodes the loop sends nothing (storing, resetting) and the watchdog holds the arm after two control
     periods. Here the reset takes three: the next episode must still run its steps, not end on its first one."""
     from embodied.cli import correct_cmd
@@ -159,6 +205,8 @@ def test_a_watchdog_hold_between_episodes_does_not_end_the_next_one(ckpt, tmp_pa
     for i in range(3):
         episode = reader.episode(i)
         assert len(episode[keys.ACTION]) == 4 and not bool(episode[keys.TERMINATED].any()), i
+    summaries = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [s["ended"] for s in summaries] == ["step limit"] * 3
 
 
 def test_rewound_rows_never_reach_the_learner(tmp_path):
