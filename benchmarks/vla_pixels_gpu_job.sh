@@ -11,19 +11,7 @@
 # no evaluation mid-run (500 pixel episodes each), the curve between is the training success.
 set -u
 OUT=${OUT:-/tmp/out}
-if ! python3 -c "import mujoco, zarr, hydra" 2>/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-fi
-# the GL loaders (libglvnd, EGL) the image lacks, for MuJoCo's EGL rendering on the GPU
-if [ -d .gl ] && nvidia-smi >/dev/null 2>&1; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-    egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-    [ -f $egl ] && export __EGL_VENDOR_LIBRARY_FILENAMES=$egl
-fi
-export MUJOCO_GL=egl PYTHONUNBUFFERED=1
+. scripts/device_env.sh || exit 1  # the wheels and the GL loaders
 PPO_S=${PPO_S:-390}
 N=${N:-256}
 nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; git rev-parse HEAD 2>/dev/null
