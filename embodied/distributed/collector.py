@@ -6,9 +6,10 @@
 Placement (`cluster.placement`, embodied/distributed/config.py):
     colocated      env_workers x CollectorWorker: each runs the single-process collector on its shard of the envs
     disaggregated  env_workers x EnvWorker + rollout_workers x RolloutWorker, stepped in lock-step by one
-                   single-process Collector over them (ShardedEnv, RemotePolicy)
-    pipelined      as disaggregated, but one Collector per env worker, each in its own thread: while one env
-                   worker steps its physics, a rollout worker computes the next actions of another
+                   single-process Collector over them here (ShardedEnv, RemotePolicy)
+    pipelined      env_workers x CollectorWorker, each stepping its envs on its own and asking a RolloutWorker
+                   for actions (RemotePolicy, worker to worker): while one env worker steps its physics, a
+                   rollout worker computes the next actions of another; each returns its batch once, at the end
 
 Staleness: a collection carries the version of the weights it ran with (the learner's update count when it was
 launched). With `cluster.max_staleness = s > 0` up to `s` collections run ahead while the learner updates, so a
@@ -26,7 +27,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 from tensordict import TensorDict
@@ -34,8 +35,7 @@ from tensordict import TensorDict
 from embodied import keys
 from embodied.config import ConfigError, check
 from embodied.distributed.config import ClusterConfig
-from embodied.distributed.workers import CollectorWorker, EnvWorker, RolloutWorker, weights
-from embodied.policy import ActOutput
+from embodied.distributed.workers import CollectorWorker, EnvWorker, RemotePolicy, RolloutWorker, env_spec, weights
 from embodied.registry import MissingExtraError
 from embodied.rollout import Collector
 
@@ -110,24 +110,10 @@ class ShardedEnv:
         return tuple(join([o[j] for o in outs], self.sizes) for j in range(5))
 
 
-class RemotePolicy:
-    """A rollout worker as the single-process Collector's policy, drawing from its own random `stream`."""
-
-    def __init__(self, worker, stream: int):
-        self._get = import_ray().get
-        self.worker, self.stream = worker, stream
-
-    def act(self, obs: TensorDict, deterministic: bool = False) -> ActOutput:
-        check(not deterministic, "rollout workers sample; evaluation runs in the learner")
-        return ActOutput(*self._get(self.worker.act.remote(self.stream, obs)))
-
-    def value(self, obs: TensorDict) -> torch.Tensor:
-        return self._get(self.worker.value.remote(obs))
-
-
 class RayCollector:
     def __init__(self, config: dict, cluster: ClusterConfig, policy: torch.nn.Module, kind: type, num_envs: int,
-                 rollout_steps: int):
+                 rollout_steps: int, env):
+        """`env`: the learner's, whose specs build the rollout workers' policy copies (disaggregated, pipelined)."""
         ray = self.ray = import_ray()
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -164,18 +150,17 @@ class RayCollector:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index),
             ).remote(*args)
 
-        if split:
-            self.env_workers = [actor(EnvWorker, i, config, n // k) for i in range(k)]
-            specs = ray.get([w.spec.remote() for w in self.env_workers])
-            self.rollout_workers = [actor(RolloutWorker, k + j, config, specs[0]) for j in range(cluster.rollout_workers)]
-            groups = [list(range(k))] if cluster.placement == "disaggregated" else [[i] for i in range(k)]
-            self.groups = [Collector(ShardedEnv([self.env_workers[i] for i in g], [specs[i] for i in g]),
-                                     RemotePolicy(self.rollout_workers[s % len(self.rollout_workers)], s), rollout_steps)
-                           for s, g in enumerate(groups)]
-            self.workers = self.env_workers + self.rollout_workers
-            self.threads = ThreadPoolExecutor(len(self.groups)) if len(self.groups) > 1 else None
-        else:
-            self.workers = [actor(CollectorWorker, i, config, n // k) for i in range(k)]
+        self.rollout_workers = [actor(RolloutWorker, k + j, config, env_spec(env))
+                                for j in range(cluster.rollout_workers)] if split else []  # fmt: skip
+        self.lockstep: Collector | None = None
+        if cluster.placement == "disaggregated":
+            env_workers = [actor(EnvWorker, i, config, n // k) for i in range(k)]
+            self.lockstep = Collector(ShardedEnv(env_workers, ray.get([w.spec.remote() for w in env_workers])),
+                                      RemotePolicy(self.rollout_workers[0], 0), rollout_steps)
+        else:  # colocated: a policy copy in each; pipelined: each env worker's stream in a rollout worker
+            remote = [(self._rollout(i), i) if split else () for i in range(k)]
+            env_workers = [actor(CollectorWorker, i, config, n // k, *remote[i]) for i in range(k)]
+        self.workers = env_workers + self.rollout_workers
         self.seed, self.launched, self.returned, self.failures = 0, 0, 0, 0
         self.fresh = True  # the next collection resets every worker's envs and sends whole weights
         self.processes = self._processes()  # each worker's pid: a different one later means a restart
@@ -278,32 +263,29 @@ class RayCollector:
         self._check_processes()
         seeds = [self.seed + (i + self.failures * len(self.workers)) * SEED_STRIDE for i in range(len(self.workers))]
         streams = [rng] + [rng_state(s * SEED_STRIDE + index) for s in seeds[1:]]  # stream 0: the learner's (sync)
-        if not hasattr(self, "groups"):  # colocated
-            outs = self.ray.get([w.collect.remote(state, streams[i], seeds[i] if fresh else None)
-                                 for i, w in enumerate(self.workers)])
-            dim = 1 if self.kind is Collector else 0  # [T, N] env steps, or [B] episodes
-            self._check_processes()
-            return cat([o[0] for o in outs], dim), [o[1] for o in outs], outs[0][2]
-        self.ray.get([w.load.remote(state) for w in self.rollout_workers]
-                     + [g.policy.worker.seed.remote(g.policy.stream, streams[s]) for s, g in enumerate(self.groups)])
-        if fresh:
-            for s, group in enumerate(self.groups):
-                group.reset(seed=seeds[s])
-        if self.threads:  # every group's thread ends before a failure is handled: none may step during a restart
-            futures = [self.threads.submit(group.collect) for group in self.groups]
-            wait(futures)
-            batches = [f.result() for f in futures]
-        else:
-            batches = [self.groups[0].collect()]
-        first = self.groups[0].policy
-        rng_out = self.ray.get(first.worker.rng.remote(first.stream))
+        env_workers = self.workers[:len(self.workers) - len(self.rollout_workers)]
+        if self.rollout_workers:  # their weights, and a random stream per caller (stream 0: the learner's)
+            callers = 1 if self.lockstep else len(env_workers)
+            self.ray.get([w.load.remote(state) for w in self.rollout_workers]
+                         + [self._rollout(i).seed.remote(i, streams[i]) for i in range(callers)])
+        if self.lockstep:  # disaggregated: the single-process Collector here, over all env workers in lock-step
+            if fresh:
+                self.lockstep.reset(seed=seeds[0])
+            batch = self.lockstep.collect()
+            if self.cluster.max_staleness:  # the Collector's own buffer, which the next collection refills in place
+                batch = batch.clone()  # while the learner still trains on this one (asynchronous): a copy
+            outs = [(batch, self.lockstep.pop_episode_stats(), None)]
+        else:  # colocated (weights to each worker) or pipelined (weights in the rollout workers, loaded above)
+            outs = self.ray.get([w.collect.remote(None if self.rollout_workers else state, streams[i],
+                                                  seeds[i] if fresh else None) for i, w in enumerate(env_workers)])
+        rng_out = self.ray.get(self._rollout(0).rng.remote(0)) if self.rollout_workers else outs[0][2]
         self._check_processes()
-        batch = cat(batches, 1)
-        if len(batches) == 1 and self.cluster.max_staleness:
-            # one group's batch is its Collector's own buffer, which the next collection refills in place while
-            # the learner still trains on this one (asynchronous): a copy
-            batch = batch.clone()
-        return batch, [g.pop_episode_stats() for g in self.groups], rng_out
+        dim = 1 if self.kind is Collector else 0  # [T, N] env steps, or [B] episodes
+        return cat([o[0] for o in outs], dim), [o[1] for o in outs], rng_out
+
+    def _rollout(self, caller: int):
+        """The rollout worker serving env worker `caller` (disaggregated: the one Collector, caller 0)."""
+        return self.rollout_workers[caller % len(self.rollout_workers)]
 
     def _check_processes(self) -> None:
         if self._processes() != self.processes:

@@ -27,8 +27,9 @@ class ClusterConfig:
     # logical CPUs of a Ray started for the run (null: this machine's count, raised to what the placement asks)
     num_cpus: int | None = None
     # colocated: each env worker holds its envs and a policy copy and collects alone (today's loop, sharded);
-    # disaggregated: env workers step, rollout workers act, in lock-step; pipelined: each env worker's envs
-    # advance on their own, so one worker's physics overlaps another's inference (RLinf's pipeline_stage_num)
+    # disaggregated: env workers step, rollout workers act, in lock-step; pipelined: each env worker runs its own
+    # collection, asking a rollout worker for actions, so one worker's physics overlaps another's inference (RLinf's
+    # pipeline_stage_num)
     placement: Placement = "colocated"
     env_workers: int = 1  # actors holding train.num_envs / env_workers envs each
     rollout_workers: int = 1  # disaggregated / pipelined: actors holding a copy of the policy for act()

@@ -1,8 +1,10 @@
 """The workers `cluster=ray` places as Ray actors: plain classes, built from the run config in their own process.
 
     CollectorWorker   colocated: a shard of the envs, a copy of the policy and the single-process collector
-                      (Collector, GroupCollector or TextCollector: embodied/runner/trainer.py make_collector)
-    EnvWorker         disaggregated / pipelined: a shard of the envs; reset and step
+                      (Collector, GroupCollector or TextCollector: embodied/runner/trainer.py make_collector);
+                      pipelined: a shard of the envs and the single-process Collector, whose policy is a
+                      RolloutWorker's (RemotePolicy: one Ray call per env step, worker to worker)
+    EnvWorker         disaggregated: a shard of the envs; reset and step
     RolloutWorker     disaggregated / pipelined: a copy of the policy; act and value, one random stream per caller
 
 Weights travel as `weights(policy)` dicts through Ray's object store (one `ray.put` per update, read by every
@@ -17,9 +19,13 @@ import os
 from types import SimpleNamespace
 
 import torch
+from tensordict import TensorDict
 
 from embodied.build import make_algo, make_env, make_policy
+from embodied.config import check
 from embodied.device import resolve_device
+from embodied.policy import ActOutput
+from embodied.rollout import Collector
 from embodied.runner.collectors import make_local_collector
 
 
@@ -58,18 +64,26 @@ def _setup(config: dict) -> torch.device:
 
 
 class CollectorWorker:
-    """colocated: `num_envs` envs, a policy copy and the collector the single-process Trainer would use."""
+    """colocated: `num_envs` envs, a policy copy and the collector the single-process Trainer would use. Pipelined
+    (`rollout`: a RolloutWorker's handle): the envs and the Collector here, the policy there, drawing from random
+    stream `stream`; the batch stays here until the collection ends, so a step's observation crosses processes
+    once (to the policy) and the learner receives one batch per collection, not one call per step."""
 
-    def __init__(self, config: dict, num_envs: int):
+    def __init__(self, config: dict, num_envs: int, rollout=None, stream: int = 0):
         self.env = make_env(config, num_envs, _setup(config))
+        steps = int(config["train"]["rollout_steps"])
+        if rollout is not None:
+            self.policy = None  # the rollout worker's copy acts; the learner loads its weights there
+            self.collector = Collector(self.env, RemotePolicy(rollout, stream), steps)
+            return
         self.policy = make_policy(config, self.env)
         algo = make_algo(config["algo"], self.policy)  # only for its kind of rollouts (group size)
-        self.collector = make_local_collector(self.env, self.policy, algo, num_envs,
-                                              int(config["train"]["rollout_steps"]))
+        self.collector = make_local_collector(self.env, self.policy, algo, num_envs, steps)
 
-    def collect(self, state: dict, rng: torch.Tensor, reset_seed: int | None):
+    def collect(self, state: dict | None, rng: torch.Tensor, reset_seed: int | None):
         """One rollout with the given weights and random state: (batch, episode stats, final random state)."""
-        load_weights(self.policy, state)
+        if self.policy is not None:
+            load_weights(self.policy, state)
         if reset_seed is not None:
             self.collector.reset(seed=reset_seed)
         torch.set_rng_state(rng)
@@ -84,16 +98,20 @@ class CollectorWorker:
         os._exit(1)
 
 
+def env_spec(env) -> dict:
+    """What a policy copy elsewhere needs of `env` to be built (RolloutWorker), and a ShardedEnv to join shards."""
+    return {"num_envs": env.num_envs, "device": str(env.device), "observation_spec": env.observation_spec,
+            "action_spec": env.action_spec, "metadata": dict(env.metadata)}
+
+
 class EnvWorker:
-    """disaggregated / pipelined: `num_envs` envs of the run's config."""
+    """disaggregated: `num_envs` envs of the run's config."""
 
     def __init__(self, config: dict, num_envs: int):
         self.env = make_env(config, num_envs, _setup(config))
 
     def spec(self) -> dict:
-        env = self.env
-        return {"num_envs": env.num_envs, "device": str(env.device), "observation_spec": env.observation_spec,
-                "action_spec": env.action_spec, "metadata": dict(env.metadata)}
+        return env_spec(self.env)
 
     def reset(self, seed: int | None):
         return self.env.reset(seed=seed)
@@ -146,6 +164,23 @@ class RolloutWorker:
 
     def crash(self) -> None:
         os._exit(1)
+
+
+class RemotePolicy:
+    """A rollout worker as the single-process Collector's policy, drawing from its own random `stream`."""
+
+    def __init__(self, worker, stream: int):
+        import ray
+
+        self._get = ray.get
+        self.worker, self.stream = worker, stream
+
+    def act(self, obs: TensorDict, deterministic: bool = False) -> ActOutput:
+        check(not deterministic, "rollout workers sample; evaluation runs in the learner")
+        return ActOutput(*self._get(self.worker.act.remote(self.stream, obs)))
+
+    def value(self, obs: TensorDict) -> torch.Tensor:
+        return self._get(self.worker.value.remote(obs))
 
 
 def where() -> dict:

@@ -76,7 +76,8 @@ def make_collector(env, policy, algo, cfg: TrainConfig, config: dict | None = No
     from embodied.distributed.collector import ClusterConfig, RayCollector
 
     settings = build_config(ClusterConfig, {k: v for k, v in cluster.items() if k != "name"}, "cluster")
-    return RayCollector(config, settings, policy, collector_kind(env, policy, algo), cfg.num_envs, cfg.rollout_steps)
+    return RayCollector(config, settings, policy, collector_kind(env, policy, algo), cfg.num_envs, cfg.rollout_steps,
+                        env)
 
 
 class Trainer:

@@ -38,7 +38,7 @@ def state(trainer):
     return {k: v.clone() for k, v in trainer.policy.state_dict().items()}
 
 
-@pytest.mark.parametrize("placement", ["colocated", "disaggregated"])
+@pytest.mark.parametrize("placement", ["colocated", "disaggregated", "pipelined"])
 def test_synchronous_run_with_one_worker_reproduces_the_single_process_curve(tmp_path, local_ray, placement):
     plain = Trainer(compose(SMALL), tmp_path / "plain")
     plain.learn()
@@ -146,6 +146,23 @@ def test_a_killed_worker_is_restarted_and_the_collection_is_whole(tmp_path, loca
     collector.workers[1].crash.remote()  # a worker that exits by itself
     assert collector.collect().batch_size == first.batch_size and collector.failures == 2
     assert "restarting the workers" in capsys.readouterr().out
+    collector.close()
+
+
+def test_a_killed_rollout_worker_is_restarted_under_a_pipelined_env_worker(tmp_path, local_ray, capsys):
+    """Pipelined: the env worker asks the rollout worker for every step's actions; the rollout worker's death fails
+    the env worker's call, and the collection is redone whole once both are back (the handle survives restarts)."""
+    trainer = Trainer(compose(SMALL + ["cluster=ray", "cluster.placement=pipelined"]), tmp_path)
+    collector = trainer.collector
+    collector.reset(seed=0)
+    first = collector.collect()
+    rollout = collector.rollout_workers[0]
+    pid = ray.get(rollout.where.remote())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    second = collector.collect()
+    assert second.batch_size == first.batch_size and collector.failures == 1
+    assert torch.isfinite(second[keys.REWARD]).all() and (second[keys.POLICY_VERSION] == 1).all()
+    assert ray.get(rollout.where.remote())["pid"] != pid and "restarting the workers" in capsys.readouterr().out
     collector.close()
 
 
