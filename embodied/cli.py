@@ -266,6 +266,8 @@ def deploy_cmd(argv: list[str]) -> int:
                         help="with --dry-run on a MAVLink robot: a disturbance preset in the vehicle simulator's "
                              "physics (none, push, gust, payload, motor, all, mix; sims/quadrotor/disturbance.py)")
     parser.add_argument("--disturbance-seed", type=int, default=0, help="seed of the disturbance preset's draws")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the twin's draws (goals the robot does not measure); episode i uses seed + i")
     parser.add_argument("--log-dir", type=Path, default=None, help="episode store of every command and observation")
     parser.add_argument("--no-status", action="store_true", help="no live status line")
     parser.add_argument("--allow-unchecked", action="store_true",
@@ -281,7 +283,7 @@ def deploy_cmd(argv: list[str]) -> int:
         settings = component("deploy_settings")(dry_run=args.dry_run, episodes=args.episodes, steps=args.steps, control_hz=args.hz,
                                   log_dir=args.log_dir, status=not args.no_status,
                                   allow_unchecked=args.allow_unchecked, disturbance=args.disturbance,
-                                  disturbance_seed=args.disturbance_seed)  # fmt: skip
+                                  disturbance_seed=args.disturbance_seed, seed=args.seed)  # fmt: skip
         names, params = _group_overrides(args.overrides, ("robot",), "robot=<name>, robot.<key>=<value>")
         settings.robot = names.get("robot", settings.robot)
         settings.robot_params = params["robot"]

@@ -82,6 +82,7 @@ class DeploySettings:
     max_rejected_fraction: float = 0.5  # more of an episode's commands rejected by the safety layer: DeployError
     disturbance: str = "none"  # dry run, MAVLink: a disturbance preset in the vehicle simulator's physics
     disturbance_seed: int = 0  # seed of the preset's draws
+    seed: int = 0  # the twin's draws (a goal, a target the robot does not measure): episode i resets it with seed + i
 
     def __post_init__(self):
         fraction = self.max_rejected_fraction
@@ -170,6 +171,7 @@ class TwinAdapter:
                              f"the env's state has ({sorted(self.snapshot)}): no observation model")  # fmt: skip
         self.action_key = getattr(robot, "action_key", None)
         self.waypoint, self.target = 0, None
+        self.episode_seed = settings.seed  # set per episode by `deploy`: each episode its own draw
 
     @torch.no_grad()
     def warm_up(self, policy, steps: int = 50) -> None:
@@ -183,7 +185,7 @@ class TwinAdapter:
         self.snapshot = self.env.get_state()
 
     def reset(self, robot_obs: dict[str, Any]) -> None:
-        self.env.reset(seed=0)
+        self.env.reset(seed=self.episode_seed)
         self.snapshot = self.env.get_state()
         self.waypoint = 0
 
@@ -317,6 +319,7 @@ def deploy(path: Path, settings: DeploySettings) -> list[dict[str, float]]:
             # a failsafe that ended the last episode stays latched; a watchdog hold in our own pause between them
             # (storing, resetting) is acknowledged right before the next episode's first command
             resume = bool(summaries) and not summaries[-1]["failsafe"]
+            adapter.episode_seed = settings.seed + episode
             summary = {**_run_episode(env, adapter, policy, settings, episode, store, resume), "unmeasured": unmeasured}
             summaries.append(summary)
             rejected, steps = summary["commands_rejected"], summary["steps"]

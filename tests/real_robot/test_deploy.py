@@ -4,9 +4,11 @@
 import numpy as np
 import pytest
 
+from embodied import keys
 from embodied.cli import deploy_cmd
 from embodied.data.store import EpisodeStore
 from real_robot.deploy import DeploySettings, deploy, load_robot_spec
+from tests.real_robot.conftest import save_untrained
 
 
 
@@ -25,6 +27,26 @@ def test_drone_policy_over_mavlink_udp_dry_run(hover_run, tmp_path):
     ep = store.episode(0)
     assert ep.batch_size[0] == 15 and ep["sent"].shape == (15, 4) and ep["robot", "position"].shape == (15, 3)
     assert np.isfinite(ep["sent"].numpy()).all()  # nothing was rejected
+
+
+def test_each_episode_flies_to_its_own_draw_of_the_twin(tmp_path):
+    """The waypoint task's target is the twin's draw (no drone measures it): episode i resets the twin with
+    seed + i, so the episodes of one deployment fly to different targets (each reused seed 0's before), and
+    `seed` picks them: episode 1 of seed 3 is episode 0 of seed 4."""
+    run = save_untrained(tmp_path / "run", "quadrotor_waypoint", zero_action=True)  # holds still: same position
+
+    def first_steps(seed: int, episodes: int, log: str) -> list[np.ndarray]:
+        settings = DeploySettings(robot="mavlink_sitl", dry_run=True, episodes=episodes, steps=3, status=False,
+                                  log_dir=tmp_path / log, control_hz=10, seed=seed,
+                                  robot_params={"control_hz": 10, "safety": {"watchdog_periods": 10, "max_command_age": 0.5}})  # fmt: skip
+        deploy(run, settings)
+        store = EpisodeStore(tmp_path / log / "episodes.zarr")
+        return [store.episode(i)[keys.OBS][keys.STATE][0, :3].numpy() for i in range(episodes)]  # target - position
+
+    first, second = first_steps(3, 2, "a")
+    assert np.abs(first - second).max() > 0.1
+    [again] = first_steps(4, 1, "b")
+    np.testing.assert_allclose(again, second, atol=0.02)
 
 
 def test_arm_policy_on_the_simulated_arm(arm_run):
