@@ -174,7 +174,7 @@ def evaluate_cmd(argv: list[str]) -> int:
     from embodied.config import ConfigError
     from embodied.device import resolve_device
     from embodied.runner import checkpoint
-    from embodied.runner.evaluate import evaluate
+    from embodied.runner.evaluate import eval_seed, evaluate
     from embodied.build import make_env, make_policy
     from embodied.text_env import TextEnv, instance_seed
     from embodied.text_rollout import evaluate_text
@@ -182,7 +182,9 @@ def evaluate_cmd(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="embodied eval", description="Evaluate a trained policy.")
     parser.add_argument("path", type=Path, help="a run directory or a checkpoint directory")
     parser.add_argument("--episodes", type=int, default=1000, help="number of evaluation episodes (default 1000)")
-    parser.add_argument("--seed", type=int, default=12345, help="seed of the evaluation episodes")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the evaluation episodes (default: the run's own, so that with the run's "
+                             "train.eval_episodes it reproduces the figure the run printed)")
     parser.add_argument("--device", default=None, help="device override (default: the run's)")
     parser.add_argument("--stochastic", action="store_true",
                         help="sample actions instead of taking the mean (a language agent: sample its replies)")
@@ -220,6 +222,7 @@ def evaluate_cmd(argv: list[str]) -> int:
         overrides[key] = yaml.safe_load(value)
     config = {**config, "env": {**config["env"], **overrides}}
     disturbance = config["env"].get("disturbance", "none")
+    seed = eval_seed(int(config["seed"])) if args.seed is None else args.seed
     torch.set_num_threads(int(config.get("threads", 1)))
     try:
         env = make_env(config, args.episodes, resolve_device(args.device or config["device"]))
@@ -231,20 +234,20 @@ def evaluate_cmd(argv: list[str]) -> int:
     deterministic = not args.stochastic and config["train"].get("eval_deterministic", True)  # the run's protocol
     if isinstance(env, TextEnv):  # a language agent: the held-out split's first instances
         result = evaluate_text(policy, env, [instance_seed("heldout", i) for i in range(args.episodes)],
-                               deterministic=deterministic, sample_seed=args.seed)
+                               deterministic=deterministic, sample_seed=seed)
         print(f"{config['name']}: held-out success {result['success']:.1%} (95% interval {result['success_low']:.1%}"
               f"-{result['success_high']:.1%}) over {result['episodes']} episodes, mean return "
               f"{result['return']:.2f}, mean turns {result['turns']:.1f}  ({ckpt})")
         (ckpt / "eval.json").write_text(json.dumps(result, indent=1))
         return 0
-    result = evaluate(policy, env, seed=args.seed, deterministic=deterministic)
+    result = evaluate(policy, env, seed=seed, deterministic=deterministic)
     changed = "".join(f", {k}={v}" for k, v in overrides.items())
     print(
         f"{config['name']}: success {result['success']:.1%} over {result['episodes']} episodes "
         f"(disturbance {disturbance}{changed}), mean return {result['return']:.2f}, mean length "
         f"{result['length']:.1f}  ({ckpt})"
     )
-    (ckpt / "eval.json").write_text(json.dumps({**result, "seed": args.seed, "disturbance": disturbance,
+    (ckpt / "eval.json").write_text(json.dumps({**result, "seed": seed, "disturbance": disturbance,
                                                 "env": overrides}, indent=1))
     return 0
 

@@ -9,6 +9,12 @@ from embodied.envs import VecEnv
 from embodied.policy import Policy
 
 
+def eval_seed(run_seed: int) -> int:
+    """The seed of a run's evaluation episodes: one its training envs never reset from, so evaluation starts from
+    unseen initial states; `embodied eval <run>` uses it too, and so reproduces the figure the run printed."""
+    return run_seed + 1_000_003
+
+
 @torch.no_grad()
 def evaluate(policy: Policy, env: VecEnv, seed: int, deterministic: bool = True) -> dict[str, float]:
     """One episode per env (the first each env finishes), from `env.reset(seed)`.

@@ -28,7 +28,7 @@ from embodied.data.replay import ReplayBuffer, transitions_from_rollout
 from embodied.envs import VecEnv
 from embodied.policy import ActOutput, Policy
 from embodied.rollout import Collector
-from embodied.runner.evaluate import evaluate
+from embodied.runner.evaluate import eval_seed, evaluate
 from embodied.runner.trainer import whole_budget
 
 
@@ -129,7 +129,7 @@ class OffPolicyLoop:
                 on_eval(self.evaluate())
 
     def evaluate(self) -> dict[str, Any]:
-        result = evaluate(self.policy, self.eval_env, seed=self.seed + 1_000_003)
+        result = evaluate(self.policy, self.eval_env, seed=eval_seed(self.seed))
         record = {"env_steps": self.env_steps, "updates": self.schedule.updates, "time": round(self.train_time, 3)}
         record.update({f"eval/{k}": v for k, v in result.items()})
         record.update({f"train/{k}": v for k, v in self.collector.pop_episode_stats().items()})

@@ -43,7 +43,7 @@ from embodied.data.sources import open_data
 from embodied.device import resolve_device
 from embodied.runner import checkpoint, init_from
 from embodied.runner.bc import BCConfig, bc_optimizer, bc_step, shift_images
-from embodied.runner.evaluate import evaluate
+from embodied.runner.evaluate import eval_seed, evaluate
 from embodied.runner.logger import RunLogger, plot_curve, read_metrics, update_progress
 from embodied.runner.offpolicy import OffPolicyLoop, OnlineConfig
 from embodied.runner.trainer import TrainConfig, Trainer
@@ -213,7 +213,7 @@ class Pipeline:
             result = self.final_eval
             if result is None:
                 env = make_env(self.config, self.train_cfg.eval_episodes, self.device)
-                result = evaluate(self.policy, env, seed=self.config["seed"] + 1_000_003)
+                result = evaluate(self.policy, env, seed=eval_seed(self.config["seed"]))
             summary.update({f"eval/{k}": v for k, v in result.items()})
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         return summary
@@ -372,7 +372,7 @@ class Pipeline:
 
     # --- helpers ---------------------------------------------------------------------------
     def _eval(self, prefix: str) -> dict[str, float]:
-        result = evaluate(self.policy, self.eval_env, seed=self.config["seed"] + 1_000_003)
+        result = evaluate(self.policy, self.eval_env, seed=eval_seed(self.config["seed"]))
         return {f"{prefix}/{k}": v for k, v in result.items()}
 
     def _save(self, stage: str, name: str, state: dict) -> None:

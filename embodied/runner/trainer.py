@@ -24,7 +24,7 @@ from embodied.device import resolve_device
 from embodied.rollout import Collector
 from embodied.runner import checkpoint, init_from
 from embodied.runner.collectors import collector_kind, make_local_collector
-from embodied.runner.evaluate import evaluate
+from embodied.runner.evaluate import eval_seed, evaluate
 from embodied.runner.logger import RunLogger, plot_curve, truncate_metrics
 from embodied.text_env import TextEnv, instance_seed
 from embodied.text_rollout import evaluate_text
@@ -170,8 +170,8 @@ class Trainer:
         if isinstance(self.env, TextEnv):  # the held-out split's first instances: the same for every run
             result = evaluate_text(self.collector.synced_sampler(), self.eval_envs[episodes],
                                    [instance_seed("heldout", i) for i in range(episodes)], self.cfg.eval_deterministic)
-        else:  # a seed the training envs never used, so evaluation starts from unseen initial states
-            result = evaluate(self.policy, self.eval_envs[episodes], seed=self.config["seed"] + 1_000_003,
+        else:
+            result = evaluate(self.policy, self.eval_envs[episodes], seed=eval_seed(self.config["seed"]),
                               deterministic=self.cfg.eval_deterministic)
         torch.set_rng_state(rng)
         return result

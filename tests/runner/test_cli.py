@@ -1,5 +1,6 @@
 """The `embodied` command end to end, as a user runs it (subprocesses; the bad-config cases mostly in this process)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,13 @@ def test_train_then_eval(tmp_path):
     ev = embodied("eval", str(tmp_path / "run"), "--episodes", "16", cwd=tmp_path)
     assert ev.returncode == 0, ev.stderr
     assert "success" in ev.stdout and (tmp_path / "run/checkpoints/final/eval.json").exists()
+    # with the run's own episode count, the default seed is the run's: the figure the run printed, exactly
+    ev = embodied("eval", str(tmp_path / "run"), "--episodes", "8", cwd=tmp_path)
+    assert ev.returncode == 0, ev.stderr
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    final = [r for r in rows if "eval/return" in r][-1]
+    again = json.loads((tmp_path / "run/checkpoints/final/eval.json").read_text())
+    assert (again["return"], again["success"]) == (final["eval/return"], final["eval/success"])
 
 
 def test_multirun_composes_each_job_by_its_own_choices(tmp_path):
