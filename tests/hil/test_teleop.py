@@ -2,8 +2,9 @@
 
 import os
 import pty
+import select
 import struct
-import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -78,25 +79,32 @@ def test_hid_devices_need_hidapi():
         pytest.skip("hidapi is installed")
 
 
-def test_keyboard_in_a_pseudo_terminal():
+def test_keyboard_in_a_pseudo_terminal(monkeypatch):
+    """Keys typed into a real pseudo-terminal; the keyboard's clock is driven by the test (an axis stays pressed for
+    hold_s after its last character), and each read waits until the terminal has passed the characters on."""
+    from real_robot.teleop import keyboard
+
+    now = [100.0]
+    monkeypatch.setattr(keyboard, "time", SimpleNamespace(monotonic=lambda: now[0]))
     leader, follower = pty.openpty()
+
+    def typed(chars: bytes):
+        os.write(leader, chars)
+        assert select.select([follower], [], [], 10)[0]  # the line discipline hands them on asynchronously
+        return dev.get_action()
+
     dev = KeyboardTeleop(KeyboardConfig(action_dim=4, fd=follower, hold_s=0.2, deadzone=0.0))
     with dev:
         assert dev._saved is not None  # raw mode on a real terminal device
         assert dev.get_action() == (None, [])
-        os.write(leader, b"a")  # joint 0 plus: moving an axis takes over
-        time.sleep(0.02)
-        action, events = dev.get_action()
+        action, events = typed(b"a")  # joint 0 plus: moving an axis takes over
         assert events == [TAKEOVER] and action.tolist() == [1.0, 0.0, 0.0, 0.0]
-        os.write(leader, b"xynb")
-        time.sleep(0.02)
-        action, events = dev.get_action()
+        now[0] += 0.1
+        action, events = typed(b"xynb")
         assert events == [SUCCESS, FAILURE, REWIND] and action.tolist() == [1.0, -1.0, 0.0, 0.0]
-        time.sleep(0.25)  # keys released: the operator holds still, still in control
+        now[0] += 0.25  # keys released: the operator holds still, still in control
         assert dev.get_action()[0].tolist() == [0.0] * 4
-        os.write(leader, b" q")
-        time.sleep(0.02)
-        assert dev.get_action() == (None, [RELEASE, QUIT])
+        assert typed(b" q") == (None, [RELEASE, QUIT])
     os.close(leader)
     os.close(follower)
 
