@@ -171,7 +171,6 @@ class TwinAdapter:
                              f"the env's state has ({sorted(self.snapshot)}): no observation model")  # fmt: skip
         self.action_key = getattr(robot, "action_key", None)
         self.waypoint, self.target = 0, None
-        self.episode_seed = settings.seed  # set per episode by `deploy`: each episode its own draw
 
     @torch.no_grad()
     def warm_up(self, policy, steps: int = 50) -> None:
@@ -184,8 +183,8 @@ class TwinAdapter:
         self.env.reset(seed=0)
         self.snapshot = self.env.get_state()
 
-    def reset(self, robot_obs: dict[str, Any]) -> None:
-        self.env.reset(seed=self.episode_seed)
+    def reset(self, robot_obs: dict[str, Any], seed: int | None = None) -> None:
+        self.env.reset(seed=self.settings.seed if seed is None else seed)
         self.snapshot = self.env.get_state()
         self.waypoint = 0
 
@@ -319,7 +318,6 @@ def deploy(path: Path, settings: DeploySettings) -> list[dict[str, float]]:
             # a failsafe that ended the last episode stays latched; a watchdog hold in our own pause between them
             # (storing, resetting) is acknowledged right before the next episode's first command
             resume = bool(summaries) and not summaries[-1]["failsafe"]
-            adapter.episode_seed = settings.seed + episode
             summary = {**_run_episode(env, adapter, policy, settings, episode, store, resume), "unmeasured": unmeasured}
             summaries.append(summary)
             rejected, steps = summary["commands_rejected"], summary["steps"]
@@ -349,7 +347,7 @@ def _open_store(log_dir: Path | None):
 @torch.no_grad()
 def _run_episode(env, adapter: TwinAdapter, policy, settings: DeploySettings, episode: int, store,
                  resume: bool = False) -> dict[str, float]:  # fmt: skip
-    obs, _ = env.reset()
+    obs, _ = env.reset(seed=settings.seed + episode)  # each episode its own draw of what the twin simulates
     rows: dict[str, list] = {}
     errors: list[float] = []
     rejected: list[bool] = []  # per command: the safety layer passed nothing (latched, stale, shape, no valid clip)

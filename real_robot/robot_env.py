@@ -54,8 +54,8 @@ class Adapter:
         self.observation_spec = {keys.STATE: Spec((dim,))}
         self.action_spec = robot.action_spec
 
-    def reset(self, robot_obs: dict[str, Any]) -> None:
-        pass
+    def reset(self, robot_obs: dict[str, Any], seed: int | None = None) -> None:
+        """A new episode; `seed` (the env's reset(seed)) seeds whatever the adapter draws itself."""
 
     def observe(self, robot_obs: dict[str, Any]) -> dict[str, torch.Tensor]:
         parts = [np.asarray(robot_obs[k], np.float32).reshape(-1) for k in self.keys]
@@ -94,7 +94,7 @@ class RobotEnv(VecEnv):
         if not self.robot.connected:
             self.robot.connect()
         self.robot_obs = self.robot.get_observation()
-        self.adapter.reset(self.robot_obs)
+        self.adapter.reset(self.robot_obs, seed)
         self._steps, self._tick, self._t0 = 0, 0, self.robot_obs["timestamp"]
         self._ticks, self._latency = [self._t0], []
         return self._batch(self.adapter.observe(self.robot_obs)), {}

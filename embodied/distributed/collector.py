@@ -160,6 +160,7 @@ class RayCollector:
         else:  # colocated: a policy copy in each; pipelined: each env worker's stream in a rollout worker
             remote = [(self._rollout(i), i) if split else () for i in range(k)]
             env_workers = [actor(CollectorWorker, i, config, n // k, *remote[i]) for i in range(k)]
+        self.env_workers = env_workers
         self.workers = env_workers + self.rollout_workers
         self.seed, self.launched, self.returned, self.failures = 0, 0, 0, 0
         self.fresh = True  # the next collection resets every worker's envs and sends whole weights
@@ -263,7 +264,7 @@ class RayCollector:
         self._check_processes()
         seeds = [self.seed + (i + self.failures * len(self.workers)) * SEED_STRIDE for i in range(len(self.workers))]
         streams = [rng] + [rng_state(s * SEED_STRIDE + index) for s in seeds[1:]]  # stream 0: the learner's (sync)
-        env_workers = self.workers[:len(self.workers) - len(self.rollout_workers)]
+        env_workers = self.env_workers
         if self.rollout_workers:  # their weights, and a random stream per caller (stream 0: the learner's)
             callers = 1 if self.lockstep else len(env_workers)
             self.ray.get([w.load.remote(state) for w in self.rollout_workers]

@@ -16,15 +16,20 @@ from embodied import keys
 from embodied.data.store import EpisodeStore
 
 
-def _read_until(fd: int, needle: bytes, out: bytearray, timeout: float) -> bool:
+def _read(fd: int, out: bytearray, done, timeout: float) -> bool:
+    """Append what the terminal prints to `out` until `done()` holds (True) or `timeout` s pass or it closes."""
     deadline = time.monotonic() + timeout
-    while needle not in out and time.monotonic() < deadline:
+    while not done() and time.monotonic() < deadline:
         if select.select([fd], [], [], 0.05)[0]:
             try:
                 out += os.read(fd, 65536)
             except OSError:  # the child closed the terminal
-                return needle in out
-    return needle in out
+                break
+    return done()
+
+
+def _read_until(fd: int, needle: bytes, out: bytearray, timeout: float) -> bool:
+    return _read(fd, out, lambda: needle in out, timeout)
 
 
 _STATUS = re.compile(rb"episode (\d+) step (\d+)  intervention (\d+)%  rewinds (\d+)")
@@ -33,17 +38,13 @@ _STATUS = re.compile(rb"episode (\d+) step (\d+)  intervention (\d+)%  rewinds (
 def _wait_status(fd: int, out: bytearray, until, timeout: float = 60) -> tuple[int, int, int, int]:
     """Read the session's live status line until `until(episode, step, intervention %, rewinds)` holds for the newest
     one: the test presses keys when the loop shows it has acted, not after a sleep (a loaded host stalls it)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def newest():
         lines = _STATUS.findall(bytes(out))
-        if lines and until(*map(int, lines[-1])):
-            return tuple(map(int, lines[-1]))
-        if select.select([fd], [], [], 0.05)[0]:
-            try:
-                out += os.read(fd, 65536)
-            except OSError:  # the child closed the terminal
-                break
-    raise AssertionError(f"the status line never showed the awaited state:\n{out.decode(errors='replace')}")
+        return tuple(map(int, lines[-1])) if lines else None
+
+    if not _read(fd, out, lambda: newest() is not None and until(*newest()), timeout):
+        raise AssertionError(f"the status line never showed the awaited state:\n{out.decode(errors='replace')}")
+    return newest()
 
 
 def test_keyboard_session_in_a_pseudo_terminal(ckpt, tmp_path):
