@@ -29,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from embodied.cli import compose  # noqa: E402
+from embodied.distributed.config import workers_at_normal_priority  # noqa: E402
 from embodied.runner.trainer import Trainer  # noqa: E402
 
 RGB = ["experiment=mujoco_reach_rgb", "train.eval_episodes=0", "train.eval_every=0", "train.progress=false"]
@@ -180,6 +181,7 @@ def two_nodes(rounds: int, iters: int) -> None:
     node and the rollout worker beside one of them."""
     from ray.cluster_utils import Cluster
 
+    workers_at_normal_priority()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
@@ -206,6 +208,7 @@ def main() -> None:
         return two_nodes(args.rounds, args.iters)
     import ray
 
+    workers_at_normal_priority()
     ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, logging_level="WARNING")
     if args.part in ARMS:
         arms = {name: [f"experiment={args.experiment}" if o == RGB[0] else o for o in over]

@@ -153,7 +153,7 @@ def _gymnasium_id(argv: list[str]) -> str | None:
 def train(argv: list[str]) -> int:
     import hydra
 
-    from embodied.runner.sweep import launcher_error
+    from embodied.runner.sweep import launcher_error, uses_ray_launcher
 
     argv = aliases(argv)
     register_configs(argv)
@@ -161,6 +161,10 @@ def train(argv: list[str]) -> int:
     if unknown:
         print(f"error: {unknown}", file=sys.stderr)
         return 1
+    if uses_ray_launcher(argv):  # the sweep's Ray, started by the launcher in this process
+        from embodied.distributed.config import workers_at_normal_priority
+
+        workers_at_normal_priority()
     main = hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(_train_task)
     sys.argv = ["embodied train", *argv]
     main()

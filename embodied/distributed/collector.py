@@ -34,7 +34,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.config import ConfigError, check
-from embodied.distributed.config import ClusterConfig
+from embodied.distributed.config import ClusterConfig, workers_at_normal_priority
 from embodied.distributed.workers import CollectorWorker, EnvWorker, RemotePolicy, RolloutWorker, env_spec, weights
 from embodied.registry import MissingExtraError
 from embodied.rollout import Collector
@@ -58,6 +58,7 @@ def connect(cluster: ClusterConfig, cpus: float) -> bool:
         return False
     # address "local": a new instance even where another one runs on this machine; at least the CPUs asked for
     local = cluster.num_cpus or max(os.cpu_count() or 1, int(cpus + 0.999))
+    workers_at_normal_priority()
     ray.init(address=cluster.address or "local", num_cpus=None if cluster.address else local,
              include_dashboard=False, logging_level="WARNING")
     return True

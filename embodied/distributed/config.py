@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,3 +58,13 @@ class ClusterConfig:
                   self.learner_gpus) >= 0, "cluster.*_cpus and cluster.*_gpus must be >= 0")
         check(self.max_restarts >= 0, f"cluster.max_restarts={self.max_restarts} must be >= 0")
         check(self.num_cpus is None or self.num_cpus >= 1, f"cluster.num_cpus={self.num_cpus} must be >= 1 or null")
+
+
+def workers_at_normal_priority() -> None:
+    """Call before starting Ray on this machine. Ray starts its worker processes at niceness 15 (RayConfig's
+    `worker_niceness`), beneath the learner and anything else running here. On a busy host they then all but stop.
+    Two busy loops beside tests/runner/test_distributed.py on 2 cores: workers at 15 needed 18 min for 10 tests
+    and a worker restart then ran past 300 s; at 0 the file took ~2 min (benchmarks/RESULTS.md). A Ray this
+    process starts (a run's, a sweep's, the tests') runs its workers at 0 unless $RAY_worker_niceness says
+    otherwise. A cluster started with `ray start` keeps its own setting: start it with RAY_worker_niceness=0."""
+    os.environ.setdefault("RAY_worker_niceness", "0")

@@ -226,10 +226,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def uses_ray_launcher(argv: list[str]) -> bool:
+    return any(a.lstrip("+") == "hydra/launcher=ray" for a in argv)
+
+
 def launcher_error(argv: list[str]) -> str | None:
     """`embodied train -m ... hydra/launcher=ray` without what it needs: the message naming the extra (checked
     before Hydra starts, which would fail inside the launch). Imports nothing of Ray."""
-    if not any(a.lstrip("+") == "hydra/launcher=ray" for a in argv):
+    if not uses_ray_launcher(argv):
         return None
     import warnings
 

@@ -15,6 +15,7 @@ ray = pytest.importorskip("ray", reason="cluster=ray needs the ray extra")
 from embodied import keys  # noqa: E402
 from embodied.cli import compose  # noqa: E402
 from embodied.config import ConfigError  # noqa: E402
+from embodied.distributed.config import workers_at_normal_priority  # noqa: E402
 from embodied.runner.trainer import Trainer  # noqa: E402
 from sims.arm_reach.env import ArmReachConfig, ArmReachEnv  # noqa: E402
 
@@ -24,6 +25,7 @@ SMALL = ["experiment=arm_reach", "train.num_envs=16", "train.rollout_steps=8", "
 
 @pytest.fixture(scope="module")
 def local_ray():
+    workers_at_normal_priority()
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     yield
     ray.shutdown()

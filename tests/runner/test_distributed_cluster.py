@@ -1,20 +1,38 @@
 """cluster=ray on a multi-node cluster simulated on this machine (ray.cluster_utils.Cluster, 2 nodes of 1 CPU):
-workers placed on both nodes, the run reaching the cluster by its address as a user's config would."""
+workers placed on both nodes, the run reaching the cluster by its address as a user's config would. And first, a
+Ray that the run starts itself (no cluster, no test's Ray running yet)."""
 
 import json
+import os
 
 import pytest
 
 ray = pytest.importorskip("ray", reason="cluster=ray needs the ray extra")
 
 from embodied.cli import compose  # noqa: E402
+from embodied.distributed.config import workers_at_normal_priority  # noqa: E402
 from embodied.runner.trainer import Trainer  # noqa: E402
 from tests.runner.test_distributed import SMALL  # noqa: E402
+
+
+def test_the_ray_a_run_starts_runs_its_workers_at_the_run_s_priority(tmp_path, monkeypatch):
+    """Ray's default (niceness 15) starves the workers on a busy host: a worker restart beside two busy loops ran
+    past 300 s on 2 cores. The run's own Ray starts them at the run's priority."""
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    assert not ray.is_initialized()  # the run starts its own (cluster.address null)
+    trainer = Trainer(compose(SMALL + ["cluster=ray", "cluster.num_cpus=2"]), tmp_path)
+    try:
+        niceness = [os.getpriority(os.PRIO_PROCESS, pid) for pid in trainer.collector.processes]
+    finally:
+        trainer.collector.close()
+    assert niceness == [os.getpriority(os.PRIO_PROCESS, 0)] and not ray.is_initialized()
 
 
 @pytest.fixture(scope="module")
 def two_nodes():
     from ray.cluster_utils import Cluster
+
+    workers_at_normal_priority()
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
