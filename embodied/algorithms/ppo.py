@@ -154,7 +154,9 @@ class PPO:
         if batch.batch_dims == 1:
             return self._update_sequences(batch)
         cfg = self.config
-        stale = keys.STALENESS in batch.keys()  # collected with older weights: the current critic's values
+        # collected with older weights (cluster.max_staleness > 0): the current policy's log-probs and critic's values
+        # are needed; a synchronous Ray batch carries staleness 0 everywhere and takes the single-process path
+        stale = keys.STALENESS in batch.keys() and bool((batch[keys.STALENESS] > 0).any())
         optional = [k for k in (keys.EXTRAS, keys.MASK) if k in batch.keys()]  # extras: e.g. denoising chains
         flat = batch.select(keys.OBS, keys.ACTION, keys.LOG_PROB, keys.VALUE, *optional).reshape(-1)
         value, next_value, proximal = batch[keys.VALUE], batch["next_value"], None

@@ -35,7 +35,8 @@ from tensordict import TensorDict
 from embodied import keys
 from embodied.config import ConfigError, check
 from embodied.distributed.config import ClusterConfig, workers_at_normal_priority
-from embodied.distributed.workers import CollectorWorker, EnvWorker, RemotePolicy, RolloutWorker, env_spec, weights
+from embodied.distributed.workers import (CollectorWorker, EnvWorker, RemotePolicy, RolloutWorker, env_spec, to_wire,
+                                         unpack, weights)
 from embodied.registry import MissingExtraError
 from embodied.rollout import Collector
 
@@ -235,7 +236,7 @@ class RayCollector:
         """Starts the next collection with the learner's weights as they are now."""
         sync = self.cluster.max_staleness == 0
         rng = torch.get_rng_state() if sync else rng_state(self.seed * SEED_STRIDE + self.launched)
-        state = self.ray.put(weights(self.policy, full=self.fresh))
+        state = self.ray.put(to_wire(weights(self.policy, full=self.fresh)))
         job = self.jobs.submit(self._run, state, rng, self.returned, self.fresh, self.launched, sync)
         self.fresh = False
         self.launched += 1
@@ -254,22 +255,25 @@ class RayCollector:
                 print(f"a worker failed during collection {index} ({type(err).__name__}); restarting the workers "
                       f"and collecting again with fresh episodes (restart {self.failures})", flush=True)
                 self._restart()
-                state, fresh = self.ray.put(weights(self.policy, full=True)), True
+                state, fresh = self.ray.put(to_wire(weights(self.policy, full=True))), True
 
     def _collect(self, state, rng: torch.Tensor, fresh: bool, index: int):
         """Collection `index`, one rollout from every worker: (batch, episode stats per collector, the first stream's
         random state). Workers after the first sample from a stream of their own per collection (seeded by worker,
         restart and `index`: the same seed every collection replayed the same action noise).
-        The workers' processes are checked before and after: one restarted in between lost its envs' state (Ray
-        may restart a dead worker before any call of ours fails), so the collection counts as failed."""
-        self._check_processes()
+        A worker restarted since the last collection lost its envs' state (Ray may restart a dead worker before
+        any call of ours fails), so the collection counts as failed: each worker's process id comes back with its
+        batch (rollout workers': with their weights) and is compared; disaggregated env workers are asked."""
+        if self.lockstep:
+            self._check_processes()
         seeds = [self.seed + (i + self.failures * len(self.workers)) * SEED_STRIDE for i in range(len(self.workers))]
         streams = [rng] + [rng_state(s * SEED_STRIDE + index) for s in seeds[1:]]  # stream 0: the learner's (sync)
-        env_workers = self.env_workers
+        env_workers, rollout_pids = self.env_workers, []
         if self.rollout_workers:  # their weights, and a random stream per caller (stream 0: the learner's)
             callers = 1 if self.lockstep else len(env_workers)
-            self.ray.get([w.load.remote(state) for w in self.rollout_workers]
-                         + [self._rollout(i).seed.remote(i, streams[i]) for i in range(callers)])
+            rollout_pids = self.ray.get([w.load.remote(state) for w in self.rollout_workers]
+                                        + [self._rollout(i).seed.remote(i, streams[i]) for i in range(callers)])
+            rollout_pids = rollout_pids[: len(self.rollout_workers)]
         if self.lockstep:  # disaggregated: the single-process Collector here, over all env workers in lock-step
             if fresh:
                 self.lockstep.reset(seed=seeds[0])
@@ -277,11 +281,14 @@ class RayCollector:
             if self.cluster.max_staleness:  # the Collector's own buffer, which the next collection refills in place
                 batch = batch.clone()  # while the learner still trains on this one (asynchronous): a copy
             outs = [(batch, self.lockstep.pop_episode_stats(), None)]
+            self._check_processes()
         else:  # colocated (weights to each worker) or pipelined (weights in the rollout workers, loaded above)
             outs = self.ray.get([w.collect.remote(None if self.rollout_workers else state, streams[i],
                                                   seeds[i] if fresh else None) for i, w in enumerate(env_workers)])
+            if [o[3] for o in outs] + rollout_pids != self.processes:
+                raise WorkerRestarted("a worker's process changed since the last collection (restarted by Ray)")
+            outs = [(unpack(o[0]), *o[1:3]) for o in outs]
         rng_out = self.ray.get(self._rollout(0).rng.remote(0)) if self.rollout_workers else outs[0][2]
-        self._check_processes()
         dim = 1 if self.kind is Collector else 0  # [T, N] env steps, or [B] episodes
         return cat([o[0] for o in outs], dim), [o[1] for o in outs], rng_out
 

@@ -91,6 +91,28 @@ def test_stale_data_is_clipped_around_the_current_policy_and_weighted_by_the_cap
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
 
 
+def test_a_synchronous_ray_batch_costs_no_extra_pass():
+    """cluster=ray marks every batch with its staleness; at 0 everywhere (max_staleness=0) the update is the
+    single-process one, with no pass of the current policy over the batch for nothing (it cost the hover
+    iteration ~8 ms, benchmarks/RESULTS.md)."""
+    from embodied import keys
+
+    policy, collector = rollout()
+    batch = collector.collect()
+    marked = batch.clone()
+    marked[keys.STALENESS] = torch.zeros(batch.batch_size, dtype=torch.long)
+    calls = []
+    evaluate = policy.evaluate
+    policy.evaluate = lambda *a, **k: calls.append(len(a[0])) or evaluate(*a, **k)
+    results = []
+    for data in (batch, marked):
+        start = len(calls)
+        torch.manual_seed(1)
+        PPO(PPO.Config(), policy).update(data)
+        results.append(calls[start:])
+    assert results[0] == results[1] and results[0]  # the same minibatch passes, and nothing else
+
+
 def test_stale_data_takes_the_current_critics_values():
     """On stale data (cluster.max_staleness > 0) GAE and the value loss use the learner's critic, not the values
     the collection stored (a critic trained toward its own lagged bootstraps oscillates, issue 20): the update
