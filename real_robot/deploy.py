@@ -171,6 +171,7 @@ class TwinAdapter:
                              f"the env's state has ({sorted(self.snapshot)}): no observation model")  # fmt: skip
         self.action_key = getattr(robot, "action_key", None)
         self.waypoint, self.target = 0, None
+        self.draws = 0  # resets so far: a reset without a seed takes the next draw
 
     @torch.no_grad()
     def warm_up(self, policy, steps: int = 50) -> None:
@@ -184,7 +185,11 @@ class TwinAdapter:
         self.snapshot = self.env.get_state()
 
     def reset(self, robot_obs: dict[str, Any], seed: int | None = None) -> None:
-        self.env.reset(seed=self.settings.seed if seed is None else seed)
+        """A new episode of the twin, drawn with `seed` (deploy's episode i: --seed + i), else with settings.seed + the
+        resets so far: a correction session's or a teleop recording's next episode (and RobotEnv's reset after an
+        episode ends) gets its own draw of what no sensor measures (a waypoint's target), not settings.seed's again."""
+        self.env.reset(seed=self.settings.seed + self.draws if seed is None else seed)
+        self.draws += 1
         self.snapshot = self.env.get_state()
         self.waypoint = 0
 

@@ -49,6 +49,25 @@ def test_each_episode_flies_to_its_own_draw_of_the_twin(tmp_path):
     np.testing.assert_allclose(again, second, atol=0.02)
 
 
+def test_a_sessions_episodes_each_draw_the_twin_anew():
+    """A correction session (and `embodied record --teleop`) on a robot resets the twin without a seed between
+    episodes (RobotEnv's reset when an episode ends, the session's next episode): each such reset takes the next
+    draw, so a waypoint session's episodes fly to different targets (each reused settings.seed's before)."""
+    from contextlib import ExitStack
+
+    from embodied.cli import compose
+    from real_robot.deploy import robot_env
+
+    config = compose(["experiment=quadrotor_waypoint"])
+    with ExitStack() as stack:  # the MAVLink driver of robot=mavlink_sitl, built as a session builds it; not connected
+        adapter = robot_env(config, "mavlink_sitl", {}, 5, 10.0, stack).adapter
+        targets = []
+        for _ in range(3):
+            adapter.reset({})
+            targets.append(adapter.snapshot["target"][0].clone())
+    assert min((a - b).abs().max() for a, b in [(targets[0], targets[1]), (targets[1], targets[2])]) > 0.1
+
+
 def test_arm_policy_on_the_simulated_arm(arm_run):
     """The arm_reach policy's joint-velocity actions become goal positions through the twin."""
     settings = DeploySettings(robot="sim_arm", steps=10, status=False,
