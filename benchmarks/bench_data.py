@@ -38,7 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from embodied.data.lerobot_format import export_lerobot  # noqa: E402
+from embodied.data.lerobot_writer import export_lerobot  # noqa: E402
 from embodied.data.samplers import WindowSampler  # noqa: E402
 from embodied.data.store import EpisodeStore  # noqa: E402
 

@@ -542,7 +542,8 @@ def data_cmd(argv: list[str]) -> int:
 
 
 def _data(args) -> str:
-    from embodied.data.lerobot_format import export_lerobot, import_lerobot
+    from embodied.data.lerobot_format import import_lerobot
+    from embodied.data.lerobot_writer import export_lerobot
     from embodied.data.store import EpisodeStore
     from embodied.data.summary import describe, find_dataset, summarize
 

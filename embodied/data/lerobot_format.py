@@ -1,7 +1,8 @@
-"""LeRobotDataset v3.0 <-> EpisodeStore, with pyarrow (parquet) and PyAV (mp4); no LeRobot import.
+"""LeRobotDataset v3.0 <-> EpisodeStore, with pyarrow (parquet) and PyAV (mp4); no LeRobot import. This module
+reads (and holds the layout both directions share); embodied/data/lerobot_writer.py writes.
 
     import_lerobot("path/to/lerobot_dataset", "demos.zarr")     # -> EpisodeStore
-    export_lerobot(EpisodeStore("demos.zarr"), "path/out", fps=10)   # LeRobotDataset(root=...) loads it
+    export_lerobot(EpisodeStore("demos.zarr"), "path/out", fps=10)   # (lerobot_writer) LeRobotDataset(root=...) loads it
 
 The v3.0 layout (LeRobot `src/lerobot/datasets/utils.py`, v0.4-v0.6):
     meta/info.json              codebase_version "v3.0", fps, features {key: {dtype, shape, names, info}}
@@ -361,27 +362,6 @@ def _decode_image(av, data: bytes) -> np.ndarray:
 
     with av.open(io.BytesIO(data)) as container:
         return next(container.decode(video=0)).to_ndarray(format="rgb24")
-
-
-# ---- export --------------------------------------------------------------------------------------
-
-
-def export_lerobot(store: EpisodeStore, root: str | Path, fps: float | None = None, robot_type: str | None = None,
-                   default_task: str = "", vcodec: str = VIDEO_CODEC, progress: bool = False) -> Path:
-    """Write the store's committed episodes as a LeRobot v3.0 dataset at `root`. Everything goes in
-    one data file and one mp4 per camera (LeRobot's 100/200 MB per-file limits are not applied; its
-    reader takes any size). Tasks come from `obs/language` when the store has it, else `default_task`.
-    Like the import, the dataset appears at `root` only when complete. `progress`: a bar on a terminal."""
-    from embodied.data.lerobot_writer import write_dataset
-
-    fps = fps or store.attrs.get("fps")
-    if not fps:
-        raise ValueError("export_lerobot needs fps: pass fps= or set_attrs(fps=...) on the store")
-    if int(fps) != fps:
-        raise ValueError(f"LeRobot stores fps as an integer; got {fps}")
-    with _staged(Path(root), "export_lerobot") as tmp:
-        write_dataset(store, tmp, int(fps), robot_type, default_task, vcodec, progress)
-    return Path(root)
 
 
 def progress_bar(items, total: int, what: str, show: bool):

@@ -1,4 +1,4 @@
-"""Writes an EpisodeStore as a LeRobot v3.0 dataset (called through `lerobot_format.export_lerobot`).
+"""Writes an EpisodeStore as a LeRobot v3.0 dataset: `export_lerobot` (the layout: embodied/data/lerobot_format.py).
 
 Column types follow what LeRobot 0.6.1's own writer produces: vectors as fixed-size lists, shape (1,)
 features as plain columns, one parquet row group per episode, `tasks.parquet` with pandas metadata
@@ -21,9 +21,11 @@ from embodied.data.lerobot_format import (
     DATA_PATH,
     EPISODES_PATH,
     LANGUAGE,
+    VIDEO_CODEC,
     VIDEO_OPTIONS,
     VIDEO_PATH,
     _require,
+    _staged,
     aggregate_stats,
     episode_stats,
     iter_episodes,
@@ -34,6 +36,22 @@ from embodied.data.lerobot_format import (
 from embodied.data.store import EpisodeStore
 
 CHUNKS_SIZE, DATA_MB, VIDEO_MB = 1000, 100, 200  # LeRobot's DEFAULT_CHUNK_SIZE and file-size limits (utils.py)
+
+
+def export_lerobot(store: EpisodeStore, root: str | Path, fps: float | None = None, robot_type: str | None = None,
+                   default_task: str = "", vcodec: str = VIDEO_CODEC, progress: bool = False) -> Path:
+    """Write the store's committed episodes as a LeRobot v3.0 dataset at `root`. Everything goes in
+    one data file and one mp4 per camera (LeRobot's 100/200 MB per-file limits are not applied; its
+    reader takes any size). Tasks come from `obs/language` when the store has it, else `default_task`.
+    Like the import, the dataset appears at `root` only when complete. `progress`: a bar on a terminal."""
+    fps = fps or store.attrs.get("fps")
+    if not fps:
+        raise ValueError("export_lerobot needs fps: pass fps= or set_attrs(fps=...) on the store")
+    if int(fps) != fps:
+        raise ValueError(f"LeRobot stores fps as an integer; got {fps}")
+    with _staged(Path(root), "export_lerobot") as tmp:
+        write_dataset(store, tmp, int(fps), robot_type, default_task, vcodec, progress)
+    return Path(root)
 
 
 def _is_image(store: EpisodeStore, key: str) -> bool:

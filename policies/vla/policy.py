@@ -559,15 +559,3 @@ class VLAPolicy(Policy):
         if self.aux_head is not None:
             self.privileged_norm.fit(dataset[keys.OBS, keys.PRIVILEGED], "mean_std")
         self.action_norm.fit(dataset[keys.ACTION], "min_max")
-
-    # --- checkpoint directories (policies/vla/pretrained.py) ------------------------------
-    def save_pretrained(self, path) -> None:
-        from policies.vla.pretrained import save_pretrained
-
-        save_pretrained(self, path)
-
-    @classmethod
-    def from_pretrained(cls, path, *args, **kwargs) -> VLAPolicy:
-        from policies.vla.pretrained import load_pretrained
-
-        return load_pretrained(path, *args, **kwargs)

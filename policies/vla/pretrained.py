@@ -1,6 +1,6 @@
 """Checkpoint directories for the VLA, loaded through the libraries that define them.
 
-    policy.save_pretrained(path)                     # an OpenVLA-style directory (below)
+    save_pretrained(policy, path)                    # an OpenVLA-style directory (below)
     policy = load_pretrained(path)                   # the same policy back, outputs equal
     policy = load_pretrained(lm_dir, config, observation_spec, action_spec)
                                                      # any transformers causal-LM directory as the backbone

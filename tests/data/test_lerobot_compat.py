@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from embodied.data.lerobot_format import export_lerobot, import_lerobot
+from embodied.data.lerobot_format import import_lerobot
+from embodied.data.lerobot_writer import export_lerobot
 from embodied.data.sources import load_transitions, store_path
 from embodied.data.store import EpisodeStore
 from embodied.specs import Spec

@@ -7,7 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
-from embodied.data.lerobot_format import export_lerobot, import_lerobot
+from embodied.data.lerobot_format import import_lerobot
+from embodied.data.lerobot_writer import export_lerobot
 from embodied.data.store import EpisodeStore
 from tests.data.crash_writer import episode
 

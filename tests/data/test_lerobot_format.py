@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from embodied.data.lerobot_format import export_lerobot, import_lerobot, lerobot_key, read_info, store_key
+from embodied.data.lerobot_format import import_lerobot, lerobot_key, read_info, store_key
+from embodied.data.lerobot_writer import export_lerobot
 from embodied.data.store import EpisodeStore
 from tests.data.crash_writer import episode
 

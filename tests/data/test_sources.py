@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from embodied import keys, registry
-from embodied.data.lerobot_format import export_lerobot
+from embodied.data.lerobot_writer import export_lerobot
 from embodied.data.sources import load_transitions
 from embodied.data.store import EpisodeStore
 from embodied.specs import encode_text

@@ -15,6 +15,7 @@ from embodied.config import ConfigError  # noqa: E402
 from embodied.rollout import Collector, collect_groups  # noqa: E402
 from embodied.specs import Spec, encode_text  # noqa: E402
 from policies.vla import VLAConfig, VLAPolicy  # noqa: E402
+from policies.vla.pretrained import load_pretrained, save_pretrained  # noqa: E402
 from policies.vla.tokenizer import PAD_ID, ActionTokenizer, TokenLayout  # noqa: E402
 
 
@@ -221,10 +222,10 @@ def test_openvla_style_directory_roundtrip(tmp_path):
     policy = policy_for(env, horizon=2)
     policy.action_norm.scale.mul_(1.5)  # non-default normalizer statistics must travel too
     torch.nn.init.normal_(policy.value_head.weight, std=0.1)
-    policy.save_pretrained(tmp_path)
+    save_pretrained(policy, tmp_path)
     assert {"config.json", "model.safetensors", "vla_config.json", "heads.safetensors"} <= {
         p.name for p in tmp_path.iterdir()}
-    loaded = VLAPolicy.from_pretrained(tmp_path)
+    loaded = load_pretrained(tmp_path)
     a, b = policy.act(obs, deterministic=True), loaded.act(obs, deterministic=True)
     assert torch.equal(a.action, b.action) and torch.equal(a.log_prob, b.log_prob)
     assert torch.equal(a.value, b.value)
@@ -234,11 +235,11 @@ def test_image_policy_directory_roundtrip(tmp_path):
     spec = {"state": Spec((3,)), "images/wrist": Spec((16, 16, 3), torch.uint8, 0, 255)}
     torch.manual_seed(0)
     policy = VLAPolicy(VLAConfig(), spec, Spec((2,), torch.float32, -1.0, 1.0))
-    policy.save_pretrained(tmp_path)
+    save_pretrained(policy, tmp_path)
     assert (tmp_path / "vision" / "config.json").exists()
     obs = TensorDict({"state": torch.randn(2, 3), "images": {"wrist": torch.randint(0, 256, (2, 16, 16, 3),
                       dtype=torch.uint8)}}, batch_size=[2])
-    loaded = VLAPolicy.from_pretrained(tmp_path)
+    loaded = load_pretrained(tmp_path)
     assert torch.equal(policy.act(obs, True).log_prob, loaded.act(obs, True).log_prob)
 
 
@@ -249,13 +250,13 @@ def test_a_plain_causal_lm_directory_becomes_the_backbone(tmp_path):
     lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=700, n_embd=32, n_layer=1, n_head=2))
     lm.save_pretrained(tmp_path)
     env = arm(2)
-    policy = VLAPolicy.from_pretrained(tmp_path, VLAConfig(), env.observation_spec, env.action_spec)
+    policy = load_pretrained(tmp_path, VLAConfig(), env.observation_spec, env.action_spec)
     assert policy.layout.first_action == 700 - 256
     torch.testing.assert_close(policy.lm.transformer.wte.weight, lm.transformer.wte.weight)
     out = policy.act(env.reset(seed=0)[0])
     assert ((out.extras["tokens"] >= 444) & (out.extras["tokens"] < 700)).all()
     with pytest.raises(ValueError, match="observation_spec and action_spec"):
-        VLAPolicy.from_pretrained(tmp_path)
+        load_pretrained(tmp_path)
 
 
 def test_lerobot_checkpoints_are_local_directories(tmp_path):

@@ -12,6 +12,7 @@ from embodied.config import ConfigError  # noqa: E402
 from embodied.specs import decode_text, encode_text  # noqa: E402
 from policies.lm.load import byte_tokenizer, tiny_llama  # noqa: E402
 from policies.vla import VLAConfig, VLAPolicy  # noqa: E402
+from policies.vla.pretrained import load_pretrained, save_pretrained  # noqa: E402
 
 N_BINS = 32  # the byte tokenizer has 260 ids; its last 32 are bytes 127..173, which no ASCII instruction uses
 
@@ -225,8 +226,8 @@ def test_openvla_style_directory_of_a_lora_policy_reloads_equal(lm_dir, tmp_path
     obs, _ = env.reset(seed=0)
     policy = pretrained(lm_dir, env, lora_rank=4, horizon=2)
     perturb_adapters(policy)
-    policy.save_pretrained(tmp_path / "ckpt")
-    loaded = VLAPolicy.from_pretrained(tmp_path / "ckpt")
+    save_pretrained(policy, tmp_path / "ckpt")
+    loaded = load_pretrained(tmp_path / "ckpt")
     assert loaded.config.backbone == str(tmp_path / "ckpt") and loaded.text is not None
     a, b = policy.act(obs, deterministic=True), loaded.act(obs, deterministic=True)
     assert torch.equal(a.extras["tokens"], b.extras["tokens"])

@@ -15,6 +15,7 @@ from embodied.config import ConfigError  # noqa: E402
 from embodied.rollout import collect_groups  # noqa: E402
 from policies.lm.load import byte_tokenizer, tiny_llama  # noqa: E402
 from policies.vla import VLAConfig, VLAPolicy  # noqa: E402
+from policies.vla.pretrained import load_pretrained, save_pretrained  # noqa: E402
 from tests.policies.test_vla import arm, policy_for, ppo_moves_log_probs_with_the_advantage  # noqa: E402
 
 
@@ -151,8 +152,8 @@ def test_parallel_policy_directory_roundtrip(tmp_path, action_head):
     obs, _ = env.reset(seed=0)
     policy = policy_for(env, horizon=2, decoding="parallel", action_head=action_head)
     torch.nn.init.normal_(policy.action_queries, std=1.0)  # the trained placeholders must travel
-    policy.save_pretrained(tmp_path)
-    loaded = VLAPolicy.from_pretrained(tmp_path)
+    save_pretrained(policy, tmp_path)
+    loaded = load_pretrained(tmp_path)
     assert (loaded.config.decoding, loaded.config.action_head) == ("parallel", action_head)
     a, b = policy.act(obs, deterministic=True), loaded.act(obs, deterministic=True)
     assert torch.equal(a.action, b.action) and torch.equal(a.log_prob, b.log_prob)
