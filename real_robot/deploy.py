@@ -186,8 +186,8 @@ class TwinAdapter:
 
     def reset(self, robot_obs: dict[str, Any], seed: int | None = None) -> None:
         """A new episode of the twin, drawn with `seed` (deploy's episode i: --seed + i), else with settings.seed + the
-        resets so far: a correction session's or a teleop recording's next episode (and RobotEnv's reset after an
-        episode ends) gets its own draw of what no sensor measures (a waypoint's target), not settings.seed's again."""
+        resets so far: a correction session's next episode (and RobotEnv's reset when an episode ends) gets its own
+        draw of what no sensor measures (a waypoint's target), not settings.seed's again."""
         self.env.reset(seed=self.settings.seed + self.draws if seed is None else seed)
         self.draws += 1
         self.snapshot = self.env.get_state()

@@ -271,9 +271,9 @@ class RayCollector:
         env_workers, rollout_pids = self.env_workers, []
         if self.rollout_workers:  # their weights, and a random stream per caller (stream 0: the learner's)
             callers = 1 if self.lockstep else len(env_workers)
-            rollout_pids = self.ray.get([w.load.remote(state) for w in self.rollout_workers]
-                                        + [self._rollout(i).seed.remote(i, streams[i]) for i in range(callers)])
-            rollout_pids = rollout_pids[: len(self.rollout_workers)]
+            answers = self.ray.get([w.load.remote(state) for w in self.rollout_workers]
+                                   + [self._rollout(i).seed.remote(i, streams[i]) for i in range(callers)])
+            rollout_pids = answers[: len(self.rollout_workers)]  # load's answers; seed's are None
         if self.lockstep:  # disaggregated: the single-process Collector here, over all env workers in lock-step
             if fresh:
                 self.lockstep.reset(seed=seeds[0])
