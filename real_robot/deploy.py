@@ -171,7 +171,6 @@ class TwinAdapter:
                              f"the env's state has ({sorted(self.snapshot)}): no observation model")  # fmt: skip
         self.action_key = getattr(robot, "action_key", None)
         self.waypoint, self.target = 0, None
-        self.draws = 0  # resets so far: a reset without a seed takes the next draw
 
     @torch.no_grad()
     def warm_up(self, policy, steps: int = 50) -> None:
@@ -185,11 +184,10 @@ class TwinAdapter:
         self.snapshot = self.env.get_state()
 
     def reset(self, robot_obs: dict[str, Any], seed: int | None = None) -> None:
-        """A new episode of the twin, drawn with `seed` (deploy's episode i: --seed + i), else with settings.seed + the
-        resets so far: a correction session's next episode (and RobotEnv's reset when an episode ends) gets its own
-        draw of what no sensor measures (a waypoint's target), not settings.seed's again."""
-        self.env.reset(seed=self.settings.seed + self.draws if seed is None else seed)
-        self.draws += 1
+        """A new episode of the twin, drawn with `seed` (deploy's episode i: --seed + i), else from where the twin's
+        generator stands (a VecEnv's reset without a seed): a correction session's next episode (and RobotEnv's reset
+        when an episode ends) gets its own draw of what no sensor measures (a waypoint's target)."""
+        self.env.reset(seed=seed)
         self.snapshot = self.env.get_state()
         self.waypoint = 0
 
