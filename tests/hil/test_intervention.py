@@ -107,7 +107,9 @@ def test_snapshot_rewind_restores_the_state_exactly():
 def test_trajectory_rewind_drives_back_through_the_safety_layer():
     from real_robot.robot_env import RobotEnv, RobotEnvConfig
 
-    robot = registry.build("robot", "sim_arm", {"control_hz": 10.0, "physics_hz": 20.0})  # the lazy physics catch-up costs ~ms per step on a loaded CPU
+    # the lazy physics catch-up costs ~ms per step on a loaded CPU; the watchdog at 20 periods (2 s), not 1.75: a host
+    # stall of 184 ms during the rewind tripped the default in a quiet CI run (test_session's arms run at 20 too)
+    robot = registry.build("robot", "sim_arm", {"control_hz": 10.0, "physics_hz": 20.0, "safety": {"watchdog_periods": 20}})
     env = RobotEnv(robot, RobotEnvConfig(control_hz=10.0))
     try:
         env.reset()
