@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_ppo.py                         # quadrotor_hover, 4096 envs x 16 steps
     .venv/bin/python benchmarks/bench_ppo.py --env arm_reach --rounds 3 --frameworks ours,rsl_rl
+    .venv/bin/python benchmarks/bench_ppo.py --frameworks ours,ours_compiled,rsl_rl,sb3   # also algo.compile=true
     .venv/bin/python benchmarks/bench_ppo.py --profile               # where one of our iterations spends its time
     python benchmarks/bench_ppo.py --device cuda --num-envs 1024       # all three on one GPU (scripts/gpu_check.sh)
 
@@ -46,7 +47,7 @@ from embodied.build import make_env  # noqa: E402
 from embodied.runner.trainer import Trainer  # noqa: E402
 from policies.mlp import MLPConfig  # noqa: E402
 
-FRAMEWORKS = ("ours", "rsl_rl", "sb3")
+FRAMEWORKS = ("ours", "ours_compiled", "rsl_rl", "sb3")  # ours_compiled: ours with algo.compile=true
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -156,8 +157,8 @@ class Ours:
 
     name = "ours"
 
-    def __init__(self, s: Settings):
-        p, m = s.ppo, s.mlp
+    def __init__(self, s: Settings, compile: bool = False):
+        p, m = dataclasses.replace(s.ppo, compile=compile), s.mlp
         config = {
             "name": "bench_ppo", "seed": s.seed, "threads": s.threads, "device": s.device,
             "env": s.env,
@@ -272,8 +273,8 @@ class Sb3:
 
 def build(name: str, s: Settings, args: argparse.Namespace):
     torch.manual_seed(s.seed)
-    if name == "ours":
-        return Ours(s)
+    if name in ("ours", "ours_compiled"):
+        return Ours(s, compile=name == "ours_compiled")
     if name == "rsl_rl":
         return RslRl(s)
     return Sb3(s, vecnormalize=not args.no_sb3_vecnormalize)
@@ -335,12 +336,13 @@ def summarize(rates: dict[str, list[float]], flops: float) -> str:
     for name, xs in rates.items():
         lines.append(f"| {name} | {statistics.median(xs):,.0f} | {min(xs):,.0f} - {max(xs):,.0f} | {len(xs)} "
                      f"| {statistics.median(xs) * flops / 1e9:.1f} |")
-    peers = [peer for peer in ("rsl_rl", "sb3") if "ours" in rates and peer in rates]
-    if peers:
+    pairs = [(a, b) for a in ("ours", "ours_compiled") for b in ("rsl_rl", "sb3", "ours")
+             if a != b and a in rates and b in rates]
+    if pairs:
         lines.append("")
-    for peer in peers:
-        ratios = [a / b for a, b in zip(rates["ours"], rates[peer])]
-        lines.append(f"ours / {peer}: {statistics.median(ratios):.2f}x (median of per-round ratios: "
+    for a, b in pairs:
+        ratios = [x / y for x, y in zip(rates[a], rates[b])]
+        lines.append(f"{a} / {b}: {statistics.median(ratios):.2f}x (median of per-round ratios: "
                      f"{', '.join(f'{x:.2f}' for x in ratios)})")
     return "\n".join(lines)
 

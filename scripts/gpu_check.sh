@@ -42,7 +42,7 @@ for bench in benchmarks/bench_ppo.py benchmarks/bench_maniskill.py; do
     if has_device_flag "$bench"; then
         case "$bench" in
             *bench_ppo.py) for n in 1024 4096; do run "bench_ppo_$n" "$PY" "$bench" --device cuda --num-envs "$n" --rounds 3 --sb3-iters 4; done ;;
-            *) run bench_maniskill "$PY" "$bench" --device cuda ;;
+            *) run bench_maniskill "$PY" "$bench" --device cuda --num-envs 1024 --rounds 3 ;;
         esac
     else
         echo "$bench: skipped, it has no --device option (CPU only)" | tee -a "$OUT/summary.txt"
