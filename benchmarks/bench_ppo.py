@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_ppo.py                         # quadrotor_hover, 4096 envs x 16 steps
     .venv/bin/python benchmarks/bench_ppo.py --env arm_reach --rounds 3 --frameworks ours,rsl_rl
-    .venv/bin/python benchmarks/bench_ppo.py --frameworks ours,ours_compiled,rsl_rl,sb3   # also algo.compile=true
+    .venv/bin/python benchmarks/bench_ppo.py --frameworks ours,ours_bf16,rsl_rl,sb3   # also algo.precision=bf16
     .venv/bin/python benchmarks/bench_ppo.py --profile               # where one of our iterations spends its time
     python benchmarks/bench_ppo.py --device cuda --num-envs 1024       # all three on one GPU (scripts/gpu_check.sh)
 
@@ -47,7 +47,10 @@ from embodied.build import make_env  # noqa: E402
 from embodied.runner.trainer import Trainer  # noqa: E402
 from policies.mlp import MLPConfig  # noqa: E402
 
-FRAMEWORKS = ("ours", "ours_compiled", "rsl_rl", "sb3")  # ours_compiled: ours with algo.compile=true
+# ours with other algo settings than the peers' (not in the default list): the update compiled, or in bf16
+OURS = {"ours": {}, "ours_compiled": {"compile": True}, "ours_bf16": {"precision": "bf16"}}
+FRAMEWORKS = (*OURS, "rsl_rl", "sb3")
+DEFAULT_FRAMEWORKS = ("ours", "ours_compiled", "rsl_rl", "sb3")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -62,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="torch device for all three (env, networks, update): cpu or cuda")
     p.add_argument("--env-set", action="append", default=[], metavar="KEY=VALUE",
                    help="an env config value for all three, e.g. cuda_graph=true (repeatable; YAML values)")
-    p.add_argument("--frameworks", default=",".join(FRAMEWORKS), help=f"comma list of {', '.join(FRAMEWORKS)}")
+    p.add_argument("--frameworks", default=",".join(DEFAULT_FRAMEWORKS), help=f"comma list of {', '.join(FRAMEWORKS)}")
     p.add_argument("--no-sb3-vecnormalize", action="store_true", help="SB3 without VecNormalize (no obs normalization)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", action="store_true", help="profile our side only, then exit")
@@ -157,8 +160,8 @@ class Ours:
 
     name = "ours"
 
-    def __init__(self, s: Settings, compile: bool = False):
-        p, m = dataclasses.replace(s.ppo, compile=compile), s.mlp
+    def __init__(self, s: Settings, **algo):
+        p, m = dataclasses.replace(s.ppo, **algo), s.mlp
         config = {
             "name": "bench_ppo", "seed": s.seed, "threads": s.threads, "device": s.device,
             "env": s.env,
@@ -273,8 +276,8 @@ class Sb3:
 
 def build(name: str, s: Settings, args: argparse.Namespace):
     torch.manual_seed(s.seed)
-    if name in ("ours", "ours_compiled"):
-        return Ours(s, compile=name == "ours_compiled")
+    if name in OURS:
+        return Ours(s, **OURS[name])
     if name == "rsl_rl":
         return RslRl(s)
     return Sb3(s, vecnormalize=not args.no_sb3_vecnormalize)
@@ -336,8 +339,7 @@ def summarize(rates: dict[str, list[float]], flops: float) -> str:
     for name, xs in rates.items():
         lines.append(f"| {name} | {statistics.median(xs):,.0f} | {min(xs):,.0f} - {max(xs):,.0f} | {len(xs)} "
                      f"| {statistics.median(xs) * flops / 1e9:.1f} |")
-    pairs = [(a, b) for a in ("ours", "ours_compiled") for b in ("rsl_rl", "sb3", "ours")
-             if a != b and a in rates and b in rates]
+    pairs = [(a, b) for a in OURS for b in ("rsl_rl", "sb3", "ours") if a != b and a in rates and b in rates]
     if pairs:
         lines.append("")
     for a, b in pairs:

@@ -20,6 +20,7 @@ Using Massively Parallel Deep RL"), the reference for GPU-parallel robotics PPO.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from tensordict import TensorDict
@@ -64,6 +65,9 @@ class PPOConfig:
     # Meant for fixed-shape minibatches of env steps (an MLP, a camera policy), not token sequences, whose shapes
     # change with every update; compiling the clip + Adam step as well measured no faster and needs capturable Adam
     compile: bool = False
+    # the policy's forward and backward in the update under torch.autocast: bf16 matmuls (the CPU's AVX512-BF16 or a
+    # GPU's tensor cores), fp32 weights, optimizer and loss; fp32 = off
+    precision: Literal["fp32", "bf16"] = "fp32"
 
     def __post_init__(self):
         check(self.lr > 0, f"algo.lr={self.lr} must be > 0")
@@ -75,6 +79,7 @@ class PPOConfig:
         check(self.critic_lr is None or self.critic_lr > 0, "algo.critic_lr must be > 0 or null")
         check(self.critic_warmup >= 0, f"algo.critic_warmup={self.critic_warmup} must be >= 0")
         check(self.behaviour_cap >= 1, f"algo.behaviour_cap={self.behaviour_cap} must be >= 1")
+        check(self.precision in ("fp32", "bf16"), f"algo.precision={self.precision!r}; valid choices: fp32, bf16")
 
 
 @torch.no_grad()
@@ -251,7 +256,9 @@ class PPO:
 
     def _loss(self, mb: TensorDict, warmup: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cfg = self.config
-        log_prob, entropy, value = self.policy.evaluate(mb[keys.OBS], mb[keys.ACTION], mb.get(keys.EXTRAS, None))
+        with torch.autocast(mb[keys.ACTION].device.type, torch.bfloat16, enabled=cfg.precision == "bf16"):
+            out = self.policy.evaluate(mb[keys.OBS], mb[keys.ACTION], mb.get(keys.EXTRAS, None))
+        log_prob, entropy, value = (None if x is None else x.float() for x in out)
         if warmup:  # the critic's loss alone: the actor's terms carry no gradient
             log_prob, entropy = log_prob.detach(), None if entropy is None else entropy.detach()
         mask = mb.get(keys.MASK, None)

@@ -72,6 +72,23 @@ def test_the_compiled_update_trains_as_the_eager_one():
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
 
 
+def test_a_bf16_update_computes_the_fp32_loss_up_to_bf16_rounding():
+    """algo.precision=bf16 (the policy's forward under autocast): one update's losses within bf16's rounding of the
+    fp32 update's, the weights and optimizer still fp32; an unknown precision names the valid ones."""
+    runs = {}
+    for precision in ("fp32", "bf16"):
+        policy, collector = rollout()
+        algo = PPO(PPO.Config(precision=precision, epochs=1, minibatches=1, desired_kl=None), policy)
+        runs[precision] = (algo.update(collector.collect()), policy)
+    (fp32, _), (bf16, policy) = runs.values()
+    for k in ("policy_loss", "value_loss", "entropy", "loss"):
+        assert bf16[k] == pytest.approx(fp32[k], rel=2e-2, abs=1e-3), k
+    assert bf16["loss"] != fp32["loss"]  # the forward did run in bf16
+    assert all(p.dtype == torch.float32 for p in policy.parameters())
+    with pytest.raises(ConfigError, match="valid choices: fp32, bf16"):
+        PPO.Config(precision="fp16")
+
+
 def test_critic_options_need_a_separate_critic():
     class NoCritic(torch.nn.Module):
         def __init__(self):
