@@ -1,7 +1,7 @@
 """Our ManiSkill3 adapter vs raw ManiSkill stepping of the same env (CPU backend here; GPU-parallel on CUDA).
 
     python benchmarks/bench_maniskill.py [--env-id PushCube-v1] [--obs-modes state,rgb] [--rounds 7] [--steps 200]
-    python benchmarks/bench_maniskill.py --device cuda --num-envs 1024    # physx_cuda: one env of 1024 scenes, wall clock
+    python benchmarks/bench_maniskill.py --device cuda --num-envs 1024   # physx_cuda: 1024 scenes in one env
 
 Raw = `env.step(action)` on ManiSkill's own gym env, resetting it when an episode
 ends (what ManiSkillVectorEnv does); ours = `ManiSkillEnv.step` on the very same

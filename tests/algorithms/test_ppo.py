@@ -1,4 +1,4 @@
-"""PPO's optimizer wiring: a separate critic's own step size, the critic-only warm-up, the compiled update."""
+"""PPO's optimizer wiring: a separate critic's own step size, the critic-only warm-up, the compiled and bf16 updates."""
 
 import pytest
 import torch
