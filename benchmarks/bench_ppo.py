@@ -47,10 +47,11 @@ from embodied.build import make_env  # noqa: E402
 from embodied.runner.trainer import Trainer  # noqa: E402
 from policies.mlp import MLPConfig  # noqa: E402
 
-# ours with other algo settings than the peers' (not in the default list): the update compiled, or in bf16
-OURS = {"ours": {}, "ours_compiled": {"compile": True}, "ours_bf16": {"precision": "bf16"}}
+# ours with other algo settings than the peers': the update compiled (algo.compile), in bf16 (algo.precision), both
+OURS = {"ours": {}, "ours_compiled": {"compile": True}, "ours_bf16": {"precision": "bf16"},
+        "ours_compiled_bf16": {"compile": True, "precision": "bf16"}}
 FRAMEWORKS = (*OURS, "rsl_rl", "sb3")
-DEFAULT_FRAMEWORKS = ("ours", "ours_compiled", "rsl_rl", "sb3")
+DEFAULT_FRAMEWORKS = ("ours", "ours_compiled", "ours_compiled_bf16", "rsl_rl", "sb3")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
