@@ -60,11 +60,11 @@ class PPOConfig:
     # RL Training", cap 2); see `_decouple`
     behaviour_cap: float = 2.0
     # torch.compile (inductor) the minibatch loss: the policy's evaluate + ppo_loss, and its backward through
-    # AOTAutograd. PPO on the quadrotor, one CPU thread: 1.28-1.35x env-steps/s at 1024-4096 envs, 1.1-1.2x on the
-    # main job's ReLU network (benchmarks/RESULTS.md, "compiled update"). The first update compiles: ~20 s, ~2 s
-    # once inductor has the code in its disk cache. Meant for fixed-shape minibatches of env steps (an MLP, a camera
-    # policy), not token sequences, whose shapes change with every update; compiling the clip + Adam step as well
-    # measured no faster and needs capturable Adam
+    # AOTAutograd. Per update on one CPU thread (benchmarks/RESULTS.md, "compiled update"): the quadrotor MLP 1.28-1.35x
+    # env-steps/s at 1024-4096 envs (1.1-1.2x on the main job's ReLU network), diffusion / flow chains 1.2-1.3x, a
+    # camera CNN 1.01x, the VLA 0.6-0.8x (its evaluate breaks the graph; precision=bf16 speeds it instead). The first
+    # update compiles: ~20 s, ~2 s once inductor has the code in its disk cache. Not for token sequences, whose shapes
+    # change with every update. Compiling the clip + Adam step as well measured no faster and needs capturable Adam
     compile: bool = False
     # the policy's forward and backward in the update under torch.autocast: bf16 matmuls (a CPU's AVX512-BF16 or AMX, a
     # GPU's tensor cores; a CPU without them emulates bf16, slower than fp32), fp32 weights, optimizer and loss. The
