@@ -180,9 +180,9 @@ def test_an_episode_the_failsafe_ends_says_so(ckpt, tmp_path, capsys):
 
 def test_a_watchdog_hold_between_episodes_does_not_end_the_next_one(ckpt, tmp_path, monkeypatch, capsys):
     """Between episodes the loop sends nothing (storing, resetting), and the watchdog holds the arm once that lasts
-    longer than its timeout. Here the watchdog waits 10 control periods, so a loaded host's stall inside an episode
-    does not trip it (CI saw 477 ms), and the reset takes 15: the next episode must still run its steps, not end on
-    its first one."""
+    longer than its timeout. Here the watchdog waits 20 control periods (2 s), so a loaded host's stall inside an
+    episode does not trip it (CI saw 477 ms and 1058 ms beside a test compiling with inductor), and the reset takes
+    25: the next episode must still run its steps, not end on its first one."""
     from embodied.cli import correct_cmd
     from real_robot.robot_env import RobotEnv
 
@@ -190,14 +190,14 @@ def test_a_watchdog_hold_between_episodes_does_not_end_the_next_one(ckpt, tmp_pa
 
     def slow_reset(self, seed=None):
         obs = reset(self, seed)
-        time.sleep(15 / 10)  # a slow reset, 15 periods at 10 Hz: longer than the watchdog's 10
+        time.sleep(25 / 10)  # a slow reset, 25 periods at 10 Hz: longer than the watchdog's 20
         return obs
 
     monkeypatch.setattr(RobotEnv, "reset", slow_reset)
     leader, follower = pty.openpty()  # a keyboard nobody presses: the policy drives
     try:
         code = correct_cmd([str(ckpt), "robot=sim_arm", "robot.control_hz=10", "robot.physics_hz=20",
-                            "robot.safety.watchdog_periods=10", f"teleop.fd={follower}", "--hz", "10",
+                            "robot.safety.watchdog_periods=20", f"teleop.fd={follower}", "--hz", "10",
                             "--episodes", "3", "--steps", "4", "--no-status",
                             "--store", str(tmp_path / "pause")])  # fmt: skip
     finally:
