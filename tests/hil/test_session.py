@@ -181,8 +181,8 @@ def test_an_episode_the_failsafe_ends_says_so(ckpt, tmp_path, capsys):
 def test_a_watchdog_hold_between_episodes_does_not_end_the_next_one(ckpt, tmp_path, monkeypatch, capsys):
     """Between episodes the loop sends nothing (storing, resetting), and the watchdog holds the arm once that lasts
     longer than its timeout. Here the watchdog waits 20 control periods (2 s), so a loaded host's stall inside an
-    episode does not trip it (CI saw 477 ms, then 1058 ms, likely beside a test compiling with inductor); the reset takes
-    25: the next episode must still run its steps, not end on its first one."""
+    episode does not trip it (CI saw 477 ms, then 1058 ms, likely beside a test compiling with inductor); the reset
+    takes 25: the next episode must still run its steps, not end on its first one."""
     from embodied.cli import correct_cmd
     from real_robot.robot_env import RobotEnv
 
