@@ -17,6 +17,7 @@ worker draws exactly the single-process run's numbers.
 from __future__ import annotations
 
 import os
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -46,14 +47,18 @@ def weights(policy: torch.nn.Module, full: bool = False) -> dict[str, torch.Tens
 
 
 @torch.no_grad()
-def load_weights(policy: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Copy `weights(...)` into a copy of the same policy; a name it lacks is an error, not a silent skip."""
+def load_weights(policy: torch.nn.Module, state: dict) -> None:
+    """Copy `weights(...)` into a copy of the same policy; a name it lacks is an error, not a silent skip. The
+    values may be `to_wire`'s numpy arrays as Ray hands them over, read-only views of its object store: they are
+    copied from there once, straight into the policy's own tensors."""
     own = policy.state_dict(keep_vars=True)
     missing = sorted(set(state) - set(own))
     if missing:
         raise KeyError(f"the worker's policy has no {missing[:3]}: it was built from another config")
-    for name, value in state.items():
-        own[name].copy_(value)
+    with warnings.catch_warnings():  # copy_ only reads the array: its being read-only does not matter here
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        for name, value in state.items():
+            own[name].copy_(torch.as_tensor(value))
 
 
 # dtypes numpy holds: those tensors cross processes as numpy arrays (to_wire)
@@ -72,7 +77,7 @@ def to_wire(tensors: dict) -> dict:
 
 def from_wire(arrays: dict) -> dict:
     """`to_wire`'s tensors, in writable memory of this process (Ray's numpy arrays are read-only views of its
-    object store)."""
+    object store); weights need no such copy (`load_weights` reads the arrays)."""
     return {k: torch.from_numpy(v.copy()) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
 
 
@@ -118,7 +123,7 @@ class CollectorWorker:
         """One rollout with the given weights and random state: (packed batch, episode stats, final random state,
         this process's id: another one than before means Ray restarted the worker, and its envs' state is gone)."""
         if self.policy is not None:
-            load_weights(self.policy, from_wire(state))
+            load_weights(self.policy, state)
         if reset_seed is not None:
             self.collector.reset(seed=reset_seed)
         torch.set_rng_state(rng)
@@ -176,7 +181,7 @@ class RolloutWorker:
 
     def load(self, state: dict) -> int:
         """The learner's weights; returns this process's id (as CollectorWorker.collect does)."""
-        load_weights(self.policy, from_wire(state))
+        load_weights(self.policy, state)
         return os.getpid()
 
     def seed(self, stream: int, rng: torch.Tensor) -> None:
