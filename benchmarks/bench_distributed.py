@@ -40,6 +40,10 @@ ARMS = {
         "one process": RGB,
         "disaggregated": RGB + ["cluster=ray", "cluster.placement=disaggregated", "cluster.env_workers=2", *HALF],
         "pipelined": RGB + ["cluster=ray", "cluster.placement=pipelined", "cluster.env_workers=2", *HALF],
+        "pipelined, 1 env worker x 2 stages": RGB + ["cluster=ray", "cluster.placement=pipelined",
+                                                    "cluster.pipeline_stages=2"],
+        "pipelined, 2 env workers x 2 stages": RGB + ["cluster=ray", "cluster.placement=pipelined",
+                                                     "cluster.env_workers=2", "cluster.pipeline_stages=2", *HALF],
         "colocated x2": RGB + ["cluster=ray", "cluster.env_workers=2"],
     },
     "overhead": {
@@ -54,6 +58,12 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """The host's (all, idle + iowait) CPU ticks since boot (/proc/stat): how busy its cores were between two reads."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(ticks), ticks[3] + ticks[4]
+
+
 def throughput(arms: dict[str, list[str]], rounds: int, iters: int, update: bool) -> None:
     """env-steps/s of `iters` collections (and updates, with `update`) per arm per round, interleaved."""
     trainers = {name: Trainer(compose(over), Path(tempfile.mkdtemp())) for name, over in arms.items()}
@@ -63,9 +73,10 @@ def throughput(arms: dict[str, list[str]], rounds: int, iters: int, update: bool
         if update:
             trainer.algo.update(batch)
     rates: dict[str, list[float]] = {name: [] for name in arms}
+    busy: dict[str, list[float]] = {name: [] for name in arms}  # % of all the host's cores, during the arm's timing
     for r in range(rounds):
         for name, trainer in trainers.items():
-            start, steps = time.perf_counter(), 0
+            start, steps, ticks = time.perf_counter(), 0, cpu_ticks()
             for _ in range(iters):
                 batch = trainer.collector.collect()
                 steps += trainer.collector.count(batch)
@@ -73,15 +84,18 @@ def throughput(arms: dict[str, list[str]], rounds: int, iters: int, update: bool
                     trainer.algo.update(batch)
                     trainer.policy.observe(batch["obs"])
             rates[name].append(steps / (time.perf_counter() - start))
+            (total, idle), (total0, idle0) = cpu_ticks(), ticks
+            busy[name].append(100 * (1 - (idle - idle0) / max(total - total0, 1)))
         print(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()), flush=True)
     for trainer in trainers.values():
         if hasattr(trainer.collector, "close"):
             trainer.collector.close()
     first = next(iter(rates))
-    print(f"\n| arm | env-steps/s, median (min-max) over {rounds} rounds | ratio to {first} |\n|---|---|---|")
+    print(f"\n| arm | env-steps/s, median (min-max) over {rounds} rounds | ratio to {first} | host cores busy |\n"
+          "|---|---|---|---|")
     for name, values in rates.items():
         ratio = statistics.median(v / b for v, b in zip(values, rates[first]))
-        print(f"| {name} | {spread(values)} | {ratio:.2f}x |")
+        print(f"| {name} | {spread(values)} | {ratio:.2f}x | {statistics.median(busy[name]):.0f}% |")
 
 
 def stages(rounds: int) -> dict[str, float]:
@@ -202,7 +216,8 @@ def main() -> None:
     p.add_argument("--cpus", type=int, default=8, help="logical CPUs of the local Ray instance (every arm's workers stay up)")
     p.add_argument("--experiment", default="mujoco_reach_rgb",
                    help="the pipeline part's run config (e.g. mujoco_reach_rgb_vla_ppo: a policy step near the env's)")
-    args = p.parse_args()
+    p.add_argument("overrides", nargs="*", help="config overrides for every arm, e.g. policy.hidden=128 policy.layers=4")
+    args = p.parse_intermixed_args()
     torch.set_num_threads(1)
     if args.part == "cluster":
         return two_nodes(args.rounds, args.iters)
@@ -211,7 +226,7 @@ def main() -> None:
     workers_at_normal_priority()
     ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, logging_level="WARNING")
     if args.part in ARMS:
-        arms = {name: [f"experiment={args.experiment}" if o == RGB[0] else o for o in over]
+        arms = {name: [f"experiment={args.experiment}" if o == RGB[0] else o for o in over] + args.overrides
                 for name, over in ARMS[args.part].items()}
         throughput(arms, args.rounds, args.iters, update=args.part == "overhead")
     elif args.part == "stages":

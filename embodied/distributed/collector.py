@@ -125,7 +125,9 @@ class RayCollector:
         self.pending: deque[Future] = deque()
         self.jobs = ThreadPoolExecutor(1)  # collections run one after another, ahead of the learner when async
         n, k = num_envs, cluster.env_workers
-        check(n % k == 0, f"train.num_envs={n} must be a multiple of cluster.env_workers={k}")
+        self.stages = cluster.pipeline_stages if cluster.placement == "pipelined" else 1
+        check(n % (k * self.stages) == 0, f"train.num_envs={n} must be a multiple of cluster.env_workers={k}"
+              + (f" x cluster.pipeline_stages={self.stages}" if self.stages > 1 else ""))
         if cluster.placement != "colocated" and kind is not Collector:
             raise ConfigError(f"cluster.placement={cluster.placement} steps envs and the policy apart, which "
                               f"PPO's env-step rollouts do; {kind.__name__} (GRPO groups, language episodes) runs "
@@ -160,7 +162,7 @@ class RayCollector:
             self.lockstep = Collector(ShardedEnv(env_workers, ray.get([w.spec.remote() for w in env_workers])),
                                       RemotePolicy(self.rollout_workers[0], 0), rollout_steps)
         else:  # colocated: a policy copy in each; pipelined: each env worker's stream in a rollout worker
-            remote = [(self._rollout(i), i) if split else () for i in range(k)]
+            remote = [(self._rollout(i), i, self.stages) if split else () for i in range(k)]
             env_workers = [actor(CollectorWorker, i, config, n // k, *remote[i]) for i in range(k)]
         self.env_workers = env_workers
         self.workers = env_workers + self.rollout_workers
@@ -223,6 +225,8 @@ class RayCollector:
             job.exception()
         self.pending.clear()
         self.jobs.shutdown()
+        closing = [w.close.remote() for w in getattr(self, "env_workers", [])]
+        self.ray.wait(closing, num_returns=len(closing), timeout=10)  # a dead worker's envs are gone already
         for w in self.workers:
             self.ray.kill(w)
         self.workers = []
@@ -266,13 +270,14 @@ class RayCollector:
         batch (rollout workers': with their weights) and is compared; disaggregated env workers are asked."""
         if self.lockstep:
             self._check_processes()
-        seeds = [self.seed + (i + self.failures * len(self.workers)) * SEED_STRIDE for i in range(len(self.workers))]
+        span = len(self.workers) * self.stages  # the seeds a collection uses; a restart's come after them
+        seeds = [self.seed + (i + self.failures * span) * SEED_STRIDE for i in range(span)]
         streams = [rng] + [rng_state(s * SEED_STRIDE + index) for s in seeds[1:]]  # stream 0: the learner's (sync)
         env_workers, rollout_pids = self.env_workers, []
-        if self.rollout_workers:  # their weights, and a random stream per caller (stream 0: the learner's)
-            callers = 1 if self.lockstep else len(env_workers)
+        if self.rollout_workers:  # their weights, and a random stream per caller (env worker i's stage s: i x stages
+            callers = 1 if self.lockstep else len(env_workers) * self.stages  # + s; stream 0: the learner's)
             answers = self.ray.get([w.load.remote(state) for w in self.rollout_workers]
-                                   + [self._rollout(i).seed.remote(i, streams[i]) for i in range(callers)])
+                                   + [self._rollout(c // self.stages).seed.remote(c, streams[c]) for c in range(callers)])
             rollout_pids = answers[: len(self.rollout_workers)]  # load's answers; seed's are None
         if self.lockstep:  # disaggregated: the single-process Collector here, over all env workers in lock-step
             if fresh:
@@ -280,17 +285,17 @@ class RayCollector:
             batch = self.lockstep.collect()
             if self.cluster.max_staleness:  # the Collector's own buffer, which the next collection refills in place
                 batch = batch.clone()  # while the learner still trains on this one (asynchronous): a copy
-            outs = [(batch, self.lockstep.pop_episode_stats(), None)]
+            outs = [(batch, [self.lockstep.pop_episode_stats()], None)]
             self._check_processes()
         else:  # colocated (weights to each worker) or pipelined (weights in the rollout workers, loaded above)
-            outs = self.ray.get([w.collect.remote(None if self.rollout_workers else state, streams[i],
+            outs = self.ray.get([w.collect.remote(None if self.rollout_workers else state, streams[i * self.stages],
                                                   seeds[i] if fresh else None) for i, w in enumerate(env_workers)])
             if [o[3] for o in outs] + rollout_pids != self.processes:
                 raise WorkerRestarted("a worker's process changed since the last collection (restarted by Ray)")
             outs = [(unpack(o[0]), *o[1:3]) for o in outs]
         rng_out = self.ray.get(self._rollout(0).rng.remote(0)) if self.rollout_workers else outs[0][2]
         dim = 1 if self.kind is Collector else 0  # [T, N] env steps, or [B] episodes
-        return cat([o[0] for o in outs], dim), [o[1] for o in outs], rng_out
+        return cat([o[0] for o in outs], dim), [s for o in outs for s in o[1]], rng_out
 
     def _rollout(self, caller: int):
         """The rollout worker serving env worker `caller` (disaggregated: the one Collector, caller 0)."""

@@ -33,6 +33,9 @@ class ClusterConfig:
     # pipeline_stage_num)
     placement: Placement = "colocated"
     env_workers: int = 1  # actors holding train.num_envs / env_workers envs each
+    # pipelined: each env worker's envs in this many groups, each stepping in its own thread, so that one group's
+    # physics and rendering overlap the rollout worker's inference for another (RLinf's pipeline_stage_num)
+    pipeline_stages: int = 1
     rollout_workers: int = 1  # disaggregated / pipelined: actors holding a copy of the policy for act()
     # a collection may use weights up to this many updates old (0: synchronous, the single-process run's curve);
     # >0 collects the next rollouts while the learner updates, PPO then corrects for the behaviour policy
@@ -52,6 +55,7 @@ class ClusterConfig:
 
     def __post_init__(self):
         check(self.env_workers >= 1, f"cluster.env_workers={self.env_workers} must be >= 1")
+        check(self.pipeline_stages >= 1, f"cluster.pipeline_stages={self.pipeline_stages} must be >= 1")
         check(self.rollout_workers >= 1, f"cluster.rollout_workers={self.rollout_workers} must be >= 1")
         check(self.max_staleness >= 0, f"cluster.max_staleness={self.max_staleness} must be >= 0")
         check(min(self.env_cpus, self.env_gpus, self.rollout_cpus, self.rollout_gpus, self.learner_cpus,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import numpy as np
@@ -104,31 +105,57 @@ def _setup(config: dict) -> torch.device:
 
 class CollectorWorker:
     """colocated: `num_envs` envs, a policy copy and the collector the single-process Trainer would use. Pipelined
-    (`rollout`: a RolloutWorker's handle): the envs and the Collector here, the policy there, drawing from random
-    stream `stream`; the batch stays here until the collection ends, so a step's observation crosses processes
-    once (to the policy) and the learner receives one batch per collection, not one call per step."""
+    (`rollout`: a RolloutWorker's handle): the envs and single-process Collectors here, the policy there; the envs
+    are split into `stages` groups (RLinf's pipeline_stage_num), each with its own Collector, random stream
+    (`stream * stages + s`) and thread, so that while one group's physics and rendering run here the rollout worker
+    computes another group's actions. The batch stays here until the collection ends, so a step's observation
+    crosses processes once (to the policy) and the learner receives one batch per collection."""
 
-    def __init__(self, config: dict, num_envs: int, rollout=None, stream: int = 0):
-        self.env = make_env(config, num_envs, _setup(config))
+    def __init__(self, config: dict, num_envs: int, rollout=None, stream: int = 0, stages: int = 1):
+        device = _setup(config)
         steps = int(config["train"]["rollout_steps"])
+        self.threads: list[ThreadPoolExecutor] = []
         if rollout is not None:
             self.policy = None  # the rollout worker's copy acts; the learner loads its weights there
-            self.collector = Collector(self.env, RemotePolicy(rollout, stream), steps)
+            # a thread per stage for the worker's life: its envs are built, reset and stepped there only (a GL
+            # context is current in one thread; another thread's eglMakeCurrent fails with EGL_BAD_ACCESS)
+            self.threads = [ThreadPoolExecutor(1) for _ in range(stages)]
+            build = lambda s: Collector(make_env(config, num_envs // stages, device),  # noqa: E731
+                                        RemotePolicy(rollout, stream * stages + s), steps)
+            self.collectors = [t.submit(build, s).result() for s, t in enumerate(self.threads)]
             return
-        self.policy = make_policy(config, self.env)
+        env = make_env(config, num_envs, device)
+        self.policy = make_policy(config, env)
         algo = make_algo(config["algo"], self.policy)  # only for its kind of rollouts (group size)
-        self.collector = make_local_collector(self.env, self.policy, algo, num_envs, steps)
+        self.collectors = [make_local_collector(env, self.policy, algo, num_envs, steps)]
 
     def collect(self, state: dict | None, rng: torch.Tensor, reset_seed: int | None):
-        """One rollout with the given weights and random state: (packed batch, episode stats, final random state,
-        this process's id: another one than before means Ray restarted the worker, and its envs' state is gone)."""
+        """One rollout with the given weights and random state: (packed batch, episode stats per collector, final
+        random state, this process's id: another one than before means Ray restarted the worker, and its envs' state
+        is gone). Pipeline stage s resets from `reset_seed + s`."""
         if self.policy is not None:
             load_weights(self.policy, state)
-        if reset_seed is not None:
-            self.collector.reset(seed=reset_seed)
         torch.set_rng_state(rng)
-        batch = self.collector.collect()
-        return pack(batch), self.collector.pop_episode_stats(), torch.get_rng_state(), os.getpid()
+
+        def run(s: int) -> TensorDict:
+            if reset_seed is not None:
+                self.collectors[s].reset(seed=reset_seed + s)
+            return self.collectors[s].collect()
+
+        if self.threads:  # [T, N / stages] each, their envs side by side as in one env of N
+            batch = torch.cat([job.result() for job in [t.submit(run, s) for s, t in enumerate(self.threads)]], 1)
+        else:
+            batch = run(0)
+        stats = [c.pop_episode_stats() for c in self.collectors]
+        return pack(batch), stats, torch.get_rng_state(), os.getpid()
+
+    def close(self) -> None:
+        """Closes the envs, each in the thread that built it (a renderer freed from another thread fails)."""
+        for s, collector in enumerate(self.collectors):
+            if self.threads:
+                self.threads[s].submit(collector.env.close).result()
+            else:
+                collector.env.close()
 
     def where(self) -> dict:
         return where()
@@ -161,6 +188,9 @@ class EnvWorker:
         if not bool((terminated | truncated).any()):  # final_obs is read only where an episode ended: not sent
             info = {k: v for k, v in info.items() if k not in FINAL}
         return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self.env.close()
 
     def where(self) -> dict:
         return where()

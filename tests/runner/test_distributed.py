@@ -66,6 +66,41 @@ def test_pipelined_workers_give_one_batch_with_versions_and_a_repeatable_run(tmp
     assert curve(tmp_path / "b") == curve(tmp_path / "c")
 
 
+def test_pipeline_stages_step_their_own_envs_and_streams_and_a_run_repeats(tmp_path, local_ray):
+    """cluster.pipeline_stages=2: the env worker's envs in two groups, each stepped in its own thread and sampled
+    from its own stream at the rollout worker, so a run repeats whatever order the threads' calls arrive in."""
+    over = SMALL + ["cluster=ray", "cluster.placement=pipelined", "cluster.pipeline_stages=2"]
+    a = Trainer(compose(over), tmp_path / "a")
+    a.collector.reset(seed=0)
+    batch = a.collector.collect()
+    assert batch.batch_size == (8, 16) and (batch[keys.STALENESS] == 0).all()
+    first, second = batch[keys.OBS]["state"][0, :8], batch[keys.OBS]["state"][0, 8:]
+    assert not torch.equal(first, second)  # the groups reset from seeds of their own
+    a.collector.close()
+    for name in ("b", "c"):
+        Trainer(compose(over), tmp_path / name).learn()
+    assert curve(tmp_path / "b") == curve(tmp_path / "c") and len(curve(tmp_path / "b")) == 4
+    with pytest.raises(ConfigError, match="train.num_envs=16 must be a multiple of cluster.env_workers=1 x "
+                                          "cluster.pipeline_stages=3"):
+        Trainer(compose(over + ["cluster.pipeline_stages=3"]), tmp_path / "bad")
+
+
+def test_pipeline_stages_render_in_their_own_threads(tmp_path, local_ray):
+    """A MuJoCo renderer's GL context is current in the thread that made it: each stage's envs are built, stepped
+    and closed in that stage's thread (stepping them from another failed with EGL_BAD_ACCESS)."""
+    pytest.importorskip("sims.mujoco")
+    over = ["experiment=mujoco_reach_rgb", "train.num_envs=4", "train.rollout_steps=2", "train.eval_episodes=0",
+            "train.progress=false", "cluster=ray", "cluster.placement=pipelined", "cluster.pipeline_stages=2"]
+    trainer = Trainer(compose(over), tmp_path)
+    trainer.collector.reset(seed=0)
+    for _ in range(2):
+        batch = trainer.collector.collect()
+        assert batch.batch_size == (2, 4) and trainer.collector.failures == 0
+    front = batch[keys.OBS]["images", "front"][-1]  # [4 envs, 48, 48, 3]: stage 0's two envs, then stage 1's
+    assert not torch.equal(front[:2], front[2:])  # each stage renders its own envs
+    trainer.collector.close()
+
+
 def test_async_collection_is_at_most_max_staleness_old_and_ppo_corrects_it(tmp_path, local_ray):
     trainer = Trainer(compose(SMALL + ["cluster=ray", "cluster.max_staleness=1", "train.total_env_steps=1024"]),
                       tmp_path)
