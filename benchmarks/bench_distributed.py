@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/bench_distributed.py pipeline     # mujoco_reach_rgb collection: pipelined vs one process
     .venv/bin/python benchmarks/bench_distributed.py pipeline --experiment mujoco_reach_rgb_vla_ppo   # the pixel VLA's
+    .venv/bin/python benchmarks/bench_distributed.py pipeline --experiment mujoco_reach_rgb_vla_ppo \
+        policy.hidden=128 policy.layers=4     # config overrides for every arm: a VLA whose act costs its env step
     .venv/bin/python benchmarks/bench_distributed.py overhead     # quadrotor_hover PPO iterations: colocated vs plain
     .venv/bin/python benchmarks/bench_distributed.py stages       # per-stage costs -> the scaling model's table
     .venv/bin/python benchmarks/bench_distributed.py async        # quadrotor_hover: time to 95% success, staleness 0/1/2
@@ -9,9 +11,9 @@
 
 Each arm is a `Trainer` built from the run config exactly as `embodied train` builds it (cluster=local or
 cluster=ray overrides); rounds interleave the arms so the host's noise hits them alike; the table gives each arm's
-median env-steps/s with the spread (min-max) over rounds and its ratio to the first arm (median of per-round
-ratios). One local Ray instance serves every Ray arm (its start is not timed; each arm's first collection, which
-starts the workers, is a warm-up).
+median env-steps/s with the spread (min-max) over rounds, its ratio to the first arm (median of per-round
+ratios) and how busy the host's cores were while it ran. One local Ray instance serves every Ray arm (its start is
+not timed; each arm's first collection, which starts the workers, is a warm-up).
 """
 
 from __future__ import annotations
@@ -213,7 +215,8 @@ def main() -> None:
     p.add_argument("part", choices=["pipeline", "overhead", "stages", "async", "cluster"])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=4, help="timed collections (iterations) per arm per round")
-    p.add_argument("--cpus", type=int, default=8, help="logical CPUs of the local Ray instance (every arm's workers stay up)")
+    p.add_argument("--cpus", type=int, default=12,
+                   help="logical CPUs of the local Ray instance (every arm's workers stay up: the pipeline arms ask 8.5)")
     p.add_argument("--experiment", default="mujoco_reach_rgb",
                    help="the pipeline part's run config (e.g. mujoco_reach_rgb_vla_ppo: a policy step near the env's)")
     p.add_argument("overrides", nargs="*", help="config overrides for every arm, e.g. policy.hidden=128 policy.layers=4")
