@@ -150,12 +150,12 @@ class CollectorWorker:
         return pack(batch), stats, torch.get_rng_state(), os.getpid()
 
     def close(self) -> None:
-        """Closes the envs, each in the thread that built it (a renderer freed from another thread fails)."""
+        """Closes the envs, each in the thread that built it (a renderer freed from another thread fails); a text
+        env holds nothing to close."""
         for s, collector in enumerate(self.collectors):
-            if self.threads:
-                self.threads[s].submit(collector.env.close).result()
-            else:
-                collector.env.close()
+            close = getattr(collector.env, "close", None)
+            if close is not None:
+                self.threads[s].submit(close).result() if self.threads else close()
 
     def where(self) -> dict:
         return where()
