@@ -48,10 +48,8 @@ def raw_round(ms_env, actions: list[torch.Tensor], device: str) -> float:
     for action in actions:
         _, _, terminated, truncated, _ = ms_env.step(action)
         done = (terminated | truncated).reshape(-1)
-        if done.numel() == 1 and bool(done):
-            ms_env.reset()
-        elif done.numel() > 1 and bool(done.any()):
-            ms_env.reset(options={"env_idx": done.nonzero().squeeze(-1)})
+        if bool(done.any()):  # one scene: a plain reset; several: only the ended ones
+            ms_env.reset(options=None if done.numel() == 1 else {"env_idx": done.nonzero().squeeze(-1)})
     sync(device)
     return len(actions) * actions[0].shape[0] / (CLOCK() - start)
 

@@ -114,9 +114,8 @@ class CollectorWorker:
     def __init__(self, config: dict, num_envs: int, rollout=None, stream: int = 0, stages: int = 1):
         device = _setup(config)
         steps = int(config["train"]["rollout_steps"])
-        self.threads: list[ThreadPoolExecutor] = []
+        self.threads: list[ThreadPoolExecutor] = []  # pipelined only: there the rollout worker's policy copy acts
         if rollout is not None:
-            self.policy = None  # the rollout worker's copy acts; the learner loads its weights there
             # a thread per stage for the worker's life: its envs are built, reset and stepped there only (a GL
             # context is current in one thread; another thread's eglMakeCurrent fails with EGL_BAD_ACCESS)
             self.threads = [ThreadPoolExecutor(1) for _ in range(stages)]
@@ -133,7 +132,7 @@ class CollectorWorker:
         """One rollout with the given weights and random state: (packed batch, episode stats per collector, final
         random state, this process's id: another one than before means Ray restarted the worker, and its envs' state
         is gone). Pipeline stage s resets from `reset_seed + s`."""
-        if self.policy is not None:
+        if not self.threads:  # colocated: this worker's own policy copy
             load_weights(self.policy, state)
         torch.set_rng_state(rng)
 
@@ -154,8 +153,12 @@ class CollectorWorker:
         env holds nothing to close."""
         for s, collector in enumerate(self.collectors):
             close = getattr(collector.env, "close", None)
-            if close is not None:
-                self.threads[s].submit(close).result() if self.threads else close()
+            if close is None:
+                continue
+            if self.threads:
+                self.threads[s].submit(close).result()
+            else:
+                close()
 
     def where(self) -> dict:
         return where()
