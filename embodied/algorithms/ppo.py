@@ -19,6 +19,7 @@ Using Massively Parallel Deep RL"), the reference for GPU-parallel robotics PPO.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,6 +30,7 @@ from embodied import keys
 from embodied.algorithms.advantages import gae, normalize, token_gae
 from embodied.algorithms.losses import SCALAR_CRITIC, NonFiniteLossError, ppo_loss, truncated_importance_weight
 from embodied.config import ConfigError, check
+from embodied.device import native_bf16
 from embodied.policy import Policy
 
 
@@ -64,11 +66,12 @@ class PPOConfig:
     # env-steps/s at 1024-4096 envs (1.1-1.2x on the main job's ReLU network), diffusion / flow chains 1.2-1.3x, a
     # camera CNN 1.01x, the VLA 0.6-0.8x (its evaluate breaks the graph; precision=bf16 speeds it instead). The first
     # update compiles: ~20 s, ~2 s once inductor has the code in its disk cache. Not for token sequences, whose shapes
-    # change with every update. Compiling the clip + Adam step as well measured no faster and needs capturable Adam
+    # change with every update (a text env refuses it). Compiling the clip + Adam step as well measured no faster and
+    # needs capturable Adam
     compile: bool = False
     # the policy's forward and backward in the update under torch.autocast: bf16 matmuls (a CPU's AVX512-BF16 or AMX, a
-    # GPU's tensor cores; a CPU without them emulates bf16, slower than fp32), fp32 weights, optimizer and loss. The
-    # main job: 1.38x faster, >= 95% on 5 of 6 seeds (benchmarks/RESULTS.md, "bf16 matmuls in the update")
+    # GPU's tensor cores; a CPU without them emulates bf16, slower than fp32: a notice says so), fp32 weights, optimizer
+    # and loss. The main job: 1.38x faster, >= 95% on 5 of 6 seeds (benchmarks/RESULTS.md, "bf16 matmuls in the update")
     precision: Literal["fp32", "bf16"] = "fp32"
 
     def __post_init__(self):
@@ -163,6 +166,10 @@ class PPO:
         self.optimizer = torch.optim.Adam(groups, lr=config.lr, foreach=True)
         if config.compile:
             self._loss = torch.compile(self._loss, dynamic=False)
+        on_cpu = all(p.device.type == "cpu" for p in policy.parameters())
+        if config.precision == "bf16" and on_cpu and native_bf16() is False:
+            print("notice: algo.precision=bf16 on a CPU without AVX512-BF16 or AMX-BF16: torch emulates the bf16 "
+                  "matmuls, slower than fp32 (algo.precision=fp32)", file=sys.stderr)
 
     def update(self, batch: TensorDict) -> dict[str, float]:
         """Epochs of minibatch updates on one rollout [T, N] (or [B] token sequences); returns mean metrics."""

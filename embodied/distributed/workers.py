@@ -149,8 +149,8 @@ class CollectorWorker:
         return pack(batch), stats, torch.get_rng_state(), os.getpid()
 
     def close(self) -> None:
-        """Closes the envs, each in the thread that built it (a renderer freed from another thread fails); a text
-        env holds nothing to close."""
+        """Closes the envs, each in the thread that built it (a renderer freed from another thread fails), then ends
+        the stage threads; a text env holds nothing to close."""
         for s, collector in enumerate(self.collectors):
             close = getattr(collector.env, "close", None)
             if close is None:
@@ -159,6 +159,8 @@ class CollectorWorker:
                 self.threads[s].submit(close).result()
             else:
                 close()
+        for thread in self.threads:
+            thread.shutdown()
 
     def where(self) -> dict:
         return where()

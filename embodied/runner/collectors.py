@@ -21,6 +21,9 @@ def collector_kind(env, policy, algo) -> type:
         check(groups or getattr(policy, "value_head", None) is not None,
               f"algo={type(algo).__name__.lower()} on a text env needs a critic: policy.value_head=true (PPO with a "
               "value per token), or a critic-free algo=grpo (algo.advantage=rloo for leave-one-out)")
+        check(not getattr(algo.config, "compile", False),  # each update's sequences have other lengths
+              "algo.compile=true compiles the loss for fixed shapes, and a text env's token sequences change length "
+              "with every update (each would compile anew): set algo.compile=false")
         return TextCollector
     return GroupCollector if groups else Collector
 

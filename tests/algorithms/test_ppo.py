@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from embodied import registry
+from embodied import device, registry
 from embodied.algorithms.ppo import PPO
 from embodied.config import ConfigError
 from embodied.rollout import Collector
@@ -90,6 +90,21 @@ def test_a_bf16_update_computes_the_fp32_loss_up_to_bf16_rounding():
     assert all(p.dtype == torch.float32 for p in policy.parameters())
     with pytest.raises(ConfigError, match="valid choices: fp32, bf16"):
         PPO.Config(precision="fp16")
+
+
+def test_bf16_on_a_cpu_without_native_bf16_says_it_is_emulated(tmp_path, monkeypatch, capsys):
+    """/proc/cpuinfo's flags decide: without avx512_bf16 or amx_bf16 a notice names the slower emulation."""
+    cpuinfo = tmp_path / "cpuinfo"
+    monkeypatch.setattr(device, "CPUINFO", str(cpuinfo))
+    for flags, native in (("fpu avx2 avx512f", False), ("fpu avx512f avx512_bf16", True), ("fpu amx_bf16", True)):
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        assert device.native_bf16() is native
+        policy, _ = rollout()
+        PPO(PPO.Config(precision="bf16"), policy)
+        PPO(PPO.Config(), policy)  # fp32: never a notice
+        assert ("torch emulates the bf16 matmuls" in capsys.readouterr().err) is not native, flags
+    monkeypatch.setattr(device, "CPUINFO", str(tmp_path / "absent"))
+    assert device.native_bf16() is None
 
 
 def test_critic_options_need_a_separate_critic():

@@ -189,6 +189,8 @@ def test_a_text_env_needs_a_critic_or_group_rollouts_and_an_unknown_task_is_name
         Trainer(compose([c for c in PPO if c not in ("policy.value_head=true", "algo.critic_lr=1e-2")]), tmp_path)
     with pytest.raises(ConfigError, match=r"critic_lr.*policy.value_head=true for a language model"):
         Trainer(compose([c for c in PPO if c != "policy.value_head=true"]), tmp_path)
+    with pytest.raises(ConfigError, match=r"algo.compile=true .* token sequences change length"):
+        Trainer(compose(PPO + ["algo.compile=true"]), tmp_path)
     with pytest.raises(Exception, match=r"(?s)lm_calculatr.*lm_calculator"):
         compose(["experiment=lm_calculator", "env=lm_calculatr"])
 
