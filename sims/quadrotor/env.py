@@ -107,6 +107,10 @@ class QuadrotorConfig:
     w_action: float = 0.025  # weight of the mean squared action
     w_smooth: float = 0.025  # weight of the mean squared action change
     crash_penalty: float = 5.0  # subtracted on the step that crashes
+    # the step's reward before the crash penalty is clipped below at this (None: not clipped). 0: flying on never pays
+    # less than crashing, as dm_control's rewards in [0, 1] (Tassa et al. 2018); without it a hover step more than
+    # alive_bonus / w_pos from the target pays < 0, and PPO first learned to crash sooner (benchmarks/RESULTS.md)
+    reward_floor: float | None = None
     reset_mode: Literal["auto", "masked", "indexed"] = "auto"  # auto-reset sampling (module doc); auto: indexed on CPU
     obs_motor_estimate: bool = False  # append MOTOR_ESTIMATE (2 m - 1) to obs["state"], see the module doc
     obs_accelerometer: bool = False  # append the accelerometer (body-z specific force / g - 1), see the module doc
@@ -218,7 +222,9 @@ class _QuadrotorEnv(VecEnv):
         self._priv_scale = col([2.0] * 4 + dr_norm + [1 / self.max_episode_steps, 1 / self._progress_norm()])
         self._priv_bias = col([-1.0] * 4 + [-x for x in dr_norm] + [0.0, 0.0])
         weights = [0.0, -c.w_vel, -c.w_ang_vel, c.w_tilt, -c.w_tilt, -c.w_tilt, c.w_tilt]  # -w_tilt (1 - R_zz) =
-        weights += [-c.w_action / 4, -c.w_smooth / 4, -c.crash_penalty]  # -w_tilt + w_tilt (w2 - x2 - y2 + z2)
+        # the crash penalty comes after the floor (_physics_step) where there is one
+        crash = -c.crash_penalty if c.reward_floor is None else 0.0
+        weights += [-c.w_action / 4, -c.w_smooth / 4, crash]  # -w_tilt + w_tilt (w2 - x2 - y2 + z2)
         weights = self._task_weights(weights)
         self._weights, self._bias = col(weights).view(1, -1), col([c.alive_bonus - c.w_tilt])
         self._task_bind()
@@ -314,6 +320,8 @@ class _QuadrotorEnv(VecEnv):
         self._step_row.add_(1)
         terminated, success = self._reward_features()
         reward = torch.addmm(self._bias, self._weights, self._features).view(-1)
+        if self.config.reward_floor is not None:
+            reward.clamp_(min=self.config.reward_floor).sub_(self._f_crash, alpha=self.config.crash_penalty)
         self._prev_action.copy_(a)
         truncated = (self._step_row >= self.max_episode_steps) & ~terminated
         done = terminated | truncated
@@ -473,6 +481,7 @@ class QuadrotorHoverEnv(_QuadrotorEnv):
 
     reward = alive_bonus - w_pos |p - target| - w_vel |v| - w_ang_vel |w| - w_tilt (1 - R_zz)
              - w_action mean(a^2) - w_smooth mean((a - a_prev)^2) - crash_penalty [crash]
+    (with reward_floor: max(reward_floor, the terms before the crash penalty) - crash_penalty [crash])
     With the defaults a step is worth ~0.5-1 near the start, ~1 at the target and stays positive
     within ~1.9 m, so surviving pays (like the constant offset in learning-to-fly's rewards); a
     linear (not squared) distance keeps pulling at centimetres. (Against PPO, alive:w_pos = 2:1 hovered

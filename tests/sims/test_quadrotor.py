@@ -227,6 +227,28 @@ def test_crash_terminates_with_penalty():
     assert reward.item() < -3.5  # crash_penalty = 5
 
 
+def test_a_reward_floor_clips_the_step_reward_and_a_crash_still_pays_its_penalty_below_it():
+    """reward_floor=0: far from the target a step pays 0, not less (flying on never pays less than crashing); near
+    it, the reward is unchanged; a crash pays the floor minus crash_penalty."""
+    still = (0.0, 0.0, 0.0)
+    for position, velocity, crashes in (((1.5, 0.0, 0.0), still, False), ((0.05, 0.0, 0.0), still, False),
+                                        ((1.99, 0.0, 0.0), (2.0, 0.0, 0.0), True)):
+        rewards = []
+        for floor in (None, 0.0):
+            env = QuadrotorHoverEnv(HoverConfig(w_pos=1.5, reward_floor=floor, **NO_DR))
+            level_hover(env, position=position, velocity=velocity)
+            _, reward, terminated, _, _ = env.step(HOVER_ACTION)
+            assert terminated.item() == crashes
+            rewards.append(reward.item())
+        plain, floored = rewards
+        if crashes:
+            assert floored == pytest.approx(-5.0, abs=1e-6) and plain < -5.0  # the floor, then the penalty
+        elif position[0] > 1:
+            assert plain < -1.0 and floored == 0.0  # 1 - 1.5 x 1.5 m < 0
+        else:
+            assert floored == plain > 0.9
+
+
 def test_waypoints_advance_and_finishing_all_terminates_with_success():
     env = QuadrotorWaypointEnv(WaypointConfig(num_waypoints=3, **NO_DR), 1)
     state = level_hover(env)
