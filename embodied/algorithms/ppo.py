@@ -71,7 +71,8 @@ class PPOConfig:
     compile: bool = False
     # the policy's forward and backward in the update under torch.autocast: bf16 matmuls (a CPU's AVX512-BF16 or AMX, a
     # GPU's tensor cores; a CPU without them emulates bf16, slower than fp32: a notice says so), fp32 weights, optimizer
-    # and loss. The main job: 1.38x faster, >= 95% on 5 of 6 seeds (benchmarks/RESULTS.md, "bf16 matmuls in the update")
+    # and loss. The main job of 2026-11-26 (1024 envs): 1.38x faster, >= 95% on 5 of 6 seeds (benchmarks/RESULTS.md,
+    # "bf16 matmuls in the update")
     precision: Literal["fp32", "bf16"] = "fp32"
 
     def __post_init__(self):
@@ -166,8 +167,8 @@ class PPO:
         self.optimizer = torch.optim.Adam(groups, lr=config.lr, foreach=True)
         if config.compile:
             self._loss = torch.compile(self._loss, dynamic=False)
-        on_cpu = all(p.device.type == "cpu" for p in policy.parameters())
-        if config.precision == "bf16" and on_cpu and native_bf16() is False:
+        if (config.precision == "bf16" and native_bf16() is False
+                and all(p.device.type == "cpu" for p in policy.parameters())):
             print("notice: algo.precision=bf16 on a CPU without AVX512-BF16 or AMX-BF16: torch emulates the bf16 "
                   "matmuls, slower than fp32 (algo.precision=fp32)", file=sys.stderr)
 
