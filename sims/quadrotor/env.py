@@ -111,6 +111,12 @@ class QuadrotorConfig:
     # less than crashing, as dm_control's rewards in [0, 1] (Tassa et al. 2018); without it a hover step more than
     # alive_bonus / w_pos from the target pays < 0, and PPO first learned to crash sooner (benchmarks/RESULTS.md)
     reward_floor: float | None = None
+    # latency from the observation to the motor command, in control periods (at most 1): env i of N waits
+    # action_delay * i / (N - 1) of a period (0 with one env), so a batch spans 0 to action_delay; during that wait
+    # the previous setpoint holds, modelled as their blend over the step (the rotors' 0.15 s lag smooths the rest).
+    # A real loop has it: the MAVLink vehicle's telemetry is up to a period old when the command leaves
+    # (benchmarks/RESULTS.md, "Latency in training"). 0: the command acts at once
+    action_delay: float = 0.0
     reset_mode: Literal["auto", "masked", "indexed"] = "auto"  # auto-reset sampling (module doc); auto: indexed on CPU
     obs_motor_estimate: bool = False  # append MOTOR_ESTIMATE (2 m - 1) to obs["state"], see the module doc
     obs_accelerometer: bool = False  # append the accelerometer (body-z specific force / g - 1), see the module doc
@@ -134,6 +140,7 @@ class QuadrotorConfig:
         check(0 <= self.init_max_yaw_deg <= 180, f"init_max_yaw_deg={self.init_max_yaw_deg} must be in [0, 180]")
         for name in ("dr_mass", "dr_thrust"):
             check(0 <= getattr(self, name) < 0.5, f"{name}={getattr(self, name)} must be in [0, 0.5)")
+        check(0 <= self.action_delay <= 1, f"action_delay={self.action_delay} must be in [0, 1] control periods")
         check(0 <= self.dr_motor_tau < 0.9, f"dr_motor_tau={self.dr_motor_tau} must be in [0, 0.9)")
         tau_min = CrazyflieParams().motor_time_constant * (1 - self.dr_motor_tau)
         check(self.dt < tau_min, f"dt={self.dt} must be below the smallest motor time constant {tau_min:.3f} s")
@@ -202,6 +209,11 @@ class _QuadrotorEnv(VecEnv):
         self._estimate_gain = 1 - math.exp(-config.dt / p.motor_time_constant)  # exact first-order lag over dt
         self._kf_scale, self._kin, self._quat = s[DR.start + 1 : DR.start + 2], s[:9], s[QUAT]
         self._action, self._cmd, self._tmp4, self._sq9 = new(4), new(4), new(4), new(9)
+        # per env: the fraction of the step its new setpoint acts (1 - its delay); None: no delay
+        self._acting, self._prev_cmd = None, None
+        if config.action_delay:
+            self._acting = 1 - torch.linspace(0, config.action_delay, n, device=dev).view(1, n)
+            self._prev_cmd = new(4)
         self._sq9_3d, self._inv_dr, self._inv_tau = self._sq9.view(3, 3, n), new(3), new(1)
         self._inv_mass, self._inv_tau_scale = self._inv_dr[0:1], self._inv_dr[2:3]
         f = self._features = new(F_TASK + self._TASK_FEATURES)
@@ -303,13 +315,18 @@ class _QuadrotorEnv(VecEnv):
         # 0.33, and zero-mean exploration noise of std 0.5 would shift the mean thrust by ~-20% (here +5%).
         torch.clamp(a, min=0.0, out=self._tmp4)
         torch.add(a, self._tmp4, alpha=(1 - 2 * t) / t, out=self._cmd).mul_(t).add_(t).sqrt_()
-        self._motor_estimate.lerp_(self._cmd, self._estimate_gain)
+        self._motor_estimate.lerp_(self._cmd, self._estimate_gain)  # on board: the setpoints it sent
+        cmd = self._cmd
+        if self._acting is not None:  # the previous setpoint (hover after a reset) for the delay, then this one
+            torch.clamp(self._prev_action, min=0.0, out=self._tmp4)
+            cmd = torch.add(self._prev_action, self._tmp4, alpha=(1 - 2 * t) / t, out=self._prev_cmd).mul_(t).add_(t)
+            cmd.sqrt_().lerp_(self._cmd, self._acting)
         torch.reciprocal(self._dr, out=self._inv_dr)
         kf, inv_inertia, ext_acc, d = self._kf_scale, None, None, self._disturbance
         if d is not None:  # kicks due now; per-rotor thrust, payload mass and inertia, slower motors, wind
             kf, inv_inertia, ext_acc = d.apply(self._dr, self._inv_dr, self._step_row)
         torch.mul(self._inv_tau_scale, 1 / self.params.motor_time_constant, out=self._inv_tau)
-        self.dynamics.step(self._cmd, kf, self._inv_mass, self._inv_tau, inv_inertia, ext_acc)
+        self.dynamics.step(cmd, kf, self._inv_mass, self._inv_tau, inv_inertia, ext_acc)
         torch.mul(self._motor, self._motor, out=self._sq4)  # specific force = kf w^2 / m, summed over rotors
         if d is None:
             torch.mean(self._sq4, 0, keepdim=True, out=self._specific_force)

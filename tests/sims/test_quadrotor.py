@@ -249,6 +249,35 @@ def test_a_reward_floor_clips_the_step_reward_and_a_crash_still_pays_its_penalty
             assert floored == plain > 0.9
 
 
+def test_an_action_delay_holds_the_previous_setpoint_for_its_share_of_the_step():
+    """action_delay=1 over 3 envs: delays of 0, 0.5 and 1 period. The whole-period env flies the previous setpoint
+    (hover, after a reset) through the step and this one through the next, exactly as a delay-free env given those
+    setpoints; the half-period env's rotors end halfway between; the on-board motor estimate follows the setpoints
+    sent, whatever the delay."""
+    delayed = QuadrotorHoverEnv(HoverConfig(action_delay=1.0, **NO_DR), 3)
+    at_once, late = QuadrotorHoverEnv(HoverConfig(**NO_DR), 1), QuadrotorHoverEnv(HoverConfig(**NO_DR), 1)
+    for env in (delayed, at_once, late):
+        state = level_hover(env, position=(0.1, -0.2, 0.3))
+        state["prev_action"].zero_()
+        env.set_state(state)
+    x, y = torch.tensor([[0.8, -0.6, 0.4, -0.2]]), torch.tensor([[-0.5, 0.3, 0.9, 0.0]])
+    for step, action in enumerate((x, y)):
+        delayed.step(action.expand(3, 4))
+        at_once.step(action)
+        late.step(HOVER_ACTION if step == 0 else x)
+        d, now, before = delayed.get_state(), at_once.get_state(), late.get_state()
+        for key in ("motor_speed", "velocity", "angular_velocity", "position"):
+            torch.testing.assert_close(d[key][0], now[key][0], rtol=0, atol=1e-6)
+            torch.testing.assert_close(d[key][2], before[key][0], rtol=0, atol=1e-6)
+        assert not torch.allclose(d["motor_speed"][0], d["motor_speed"][2], atol=1e-3)
+        if step == 0:  # from the same rotor speeds, a first-order lag is linear in its setpoint
+            torch.testing.assert_close(d["motor_speed"][1], (d["motor_speed"][0] + d["motor_speed"][2]) / 2,
+                                       rtol=0, atol=1e-6)
+        torch.testing.assert_close(d["motor_estimate"], now["motor_estimate"].expand(3, 4), rtol=0, atol=0)
+    with pytest.raises(ConfigError, match="action_delay=1.5"):
+        HoverConfig(action_delay=1.5)
+
+
 def test_waypoints_advance_and_finishing_all_terminates_with_success():
     env = QuadrotorWaypointEnv(WaypointConfig(num_waypoints=3, **NO_DR), 1)
     state = level_hover(env)
