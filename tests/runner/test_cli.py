@@ -93,7 +93,8 @@ def test_env_chosen_away_from_the_experiment_trains_with_its_own_settings(tmp_pa
     out = embodied("train", *overrides, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "notice: experiment=quadrotor_hover is written for env=quadrotor_hover; with env=quadrotor_waypoint " \
-           "its env.w_pos, env.reward_floor, env.obs_motor_estimate, env.obs_accelerometer do not apply (dropped)" \
+           "its env.w_pos, env.reward_floor, env.action_delay, env.obs_motor_estimate, env.obs_accelerometer " \
+           "do not apply (dropped)" \
            in out.stdout
     assert "training 512 env steps" in out.stdout and "trained 512 env steps" in out.stdout  # the budget, rounded
     (run,) = (tmp_path / "runs" / "quadrotor_waypoint").iterdir()
