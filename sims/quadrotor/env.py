@@ -306,21 +306,25 @@ class _QuadrotorEnv(VecEnv):
         with torch.cuda.graph(self._graph):
             self._graph_out = self._physics_step(self._graph_action, draw=False)
 
+    def _setpoint(self, a: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """RPM setpoints (fractions of the maximum) [4, N] of actions `a` in [-1, 1], written to `out`.
+
+        Thrust setpoint t + t a + (1 - 2t) relu(a), t = hover thrust / max thrust: linear on each side of 0 with slopes
+        t = 0.44 and 1 - t = 0.56; RPM setpoint = its square root. Linear in RPM instead, the slopes would be 0.67 and
+        0.33, and zero-mean exploration noise of std 0.5 would shift the mean thrust by ~-20% (here +5%)."""
+        t = self.params.hover_fraction**2
+        torch.clamp(a, min=0.0, out=self._tmp4)
+        return torch.add(a, self._tmp4, alpha=(1 - 2 * t) / t, out=out).mul_(t).add_(t).sqrt_()
+
     def _physics_step(self, action: torch.Tensor, draw: bool) -> StepResult:
         """The step after the shape check; draw=False: the uniform draws of `_sample` are already in place."""
-        a, t = self._action, self.params.hover_fraction**2  # t: hover thrust / max thrust
+        a = self._action
         torch.clamp(action.detach().T, -1.0, 1.0, out=a)
-        # thrust setpoint t + t a + (1 - 2t) relu(a), linear on each side of 0 with slopes t = 0.44 and
-        # 1 - t = 0.56; RPM setpoint = its square root. Linear in RPM instead, the slopes would be 0.67 and
-        # 0.33, and zero-mean exploration noise of std 0.5 would shift the mean thrust by ~-20% (here +5%).
-        torch.clamp(a, min=0.0, out=self._tmp4)
-        torch.add(a, self._tmp4, alpha=(1 - 2 * t) / t, out=self._cmd).mul_(t).add_(t).sqrt_()
+        self._setpoint(a, out=self._cmd)
         self._motor_estimate.lerp_(self._cmd, self._estimate_gain)  # on board: the setpoints it sent
         cmd = self._cmd
         if self._acting is not None:  # the previous setpoint (hover after a reset) for the delay, then this one
-            torch.clamp(self._prev_action, min=0.0, out=self._tmp4)
-            cmd = torch.add(self._prev_action, self._tmp4, alpha=(1 - 2 * t) / t, out=self._prev_cmd).mul_(t).add_(t)
-            cmd.sqrt_().lerp_(self._cmd, self._acting)
+            cmd = self._setpoint(self._prev_action, out=self._prev_cmd).lerp_(self._cmd, self._acting)
         torch.reciprocal(self._dr, out=self._inv_dr)
         kf, inv_inertia, ext_acc, d = self._kf_scale, None, None, self._disturbance
         if d is not None:  # kicks due now; per-rotor thrust, payload mass and inertia, slower motors, wind
