@@ -47,9 +47,11 @@ from embodied.build import make_env  # noqa: E402
 from embodied.runner.trainer import Trainer  # noqa: E402
 from policies.mlp import MLPConfig  # noqa: E402
 
-# ours with other algo settings than the peers': the update compiled (algo.compile), in bf16 (algo.precision), both
+# ours with other settings than the peers': the update compiled (algo.compile), in bf16 (algo.precision), both; the
+# next rollout collected in a second process while the update runs (train.collect_ahead, each batch one update old)
 OURS = {"ours": {}, "ours_compiled": {"compile": True}, "ours_bf16": {"precision": "bf16"},
-        "ours_compiled_bf16": {"compile": True, "precision": "bf16"}}
+        "ours_compiled_bf16": {"compile": True, "precision": "bf16"}, "ours_ahead": {"collect_ahead": True},
+        "ours_ahead_compiled_bf16": {"collect_ahead": True, "compile": True, "precision": "bf16"}}
 FRAMEWORKS = (*OURS, "rsl_rl", "sb3")
 DEFAULT_FRAMEWORKS = ("ours", "ours_compiled", "ours_compiled_bf16", "rsl_rl", "sb3")
 
@@ -161,14 +163,14 @@ class Ours:
 
     name = "ours"
 
-    def __init__(self, s: Settings, **algo):
+    def __init__(self, s: Settings, collect_ahead: bool = False, **algo):
         p, m = dataclasses.replace(s.ppo, **algo), s.mlp
         config = {
             "name": "bench_ppo", "seed": s.seed, "threads": s.threads, "device": s.device,
             "env": s.env,
             "policy": {"name": "mlp", **dataclasses.asdict(m)},
             "algo": {"name": "ppo", **dataclasses.asdict(p)},
-            "train": {"num_envs": s.num_envs, "rollout_steps": s.steps, "progress": False},
+            "train": {"num_envs": s.num_envs, "rollout_steps": s.steps, "progress": False, "collect_ahead": collect_ahead},
         }
         self._tmp = tempfile.TemporaryDirectory()  # Trainer wants a run dir; nothing is written here
         self.trainer = Trainer(config, Path(self._tmp.name))
@@ -181,7 +183,8 @@ class Ours:
             t.algo.update(batch)
             t.policy.observe(batch["obs"])
             t.collector.pop_episode_stats()
-
+        if hasattr(t.collector, "close"):  # collect_ahead: the collection in flight ends in this timing, and its
+            t.collector.state_dict()         # worker waits, not competing with the next framework's
 
 class RslRl:
     """rsl_rl's OnPolicyRunner (v5 config format: class_name dicts, obs_groups) over RslRlVecEnv."""

@@ -96,7 +96,8 @@ class Collector:
             self.obs = next_obs
         # V(s_{t+1}) is the value the policy computed at t+1; the last step needs one more critic pass
         next_value = torch.cat([buf[keys.VALUE][1:], policy.value(self.obs).unsqueeze(0)])
-        buf["next_value"] = torch.where(buf[keys.TRUNCATED], buf["next_value"], next_value)
+        # in place: the buffer's tensors stay those a collect-ahead worker shares (embodied/runner/collect_ahead.py)
+        buf["next_value"].copy_(torch.where(buf[keys.TRUNCATED], buf["next_value"], next_value))
         return buf
 
     def _track(self, reward: torch.Tensor, done: torch.Tensor, info: dict, autoreset: torch.Tensor | None) -> None:

@@ -123,6 +123,9 @@ class Pipeline:
         check(cluster == "local" or not needs(config["algo"]["name"], "needs_replay"),
               f"cluster={cluster} runs the on-policy loop's collection on workers (PPO, GRPO); algo="
               f"{config['algo']['name']} learns from a replay buffer in one process: drop cluster={cluster}")
+        check(not (self.train_cfg.collect_ahead and needs(config["algo"]["name"], "needs_replay")),
+              f"train.collect_ahead=true collects PPO's rollouts ahead of its update; algo={config['algo']['name']} "
+              "steps and updates in turn from a replay buffer: set train.collect_ahead=false")
         torch.set_num_threads(int(config["threads"]))
         torch.manual_seed(config["seed"])
         self.device = resolve_device(config["device"])

@@ -10,6 +10,7 @@ PPO with a per-token critic on a text env's whole episodes (TextCollector, one e
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from embodied.build import make_algo, make_env, make_policy, needs
 from embodied.config import ConfigError, build_config, check
 from embodied.device import resolve_device
 from embodied.rollout import Collector
-from embodied.runner import checkpoint, init_from
+from embodied.runner import checkpoint, collect_ahead, init_from
 from embodied.runner.collectors import collector_kind, make_local_collector
 from embodied.runner.evaluate import eval_seed, evaluate
 from embodied.runner.logger import RunLogger, plot_curve, truncate_metrics
@@ -44,6 +45,10 @@ class TrainConfig:
     # sampling temperature, from a fixed seed)
     eval_deterministic: bool = True
     progress: bool = True  # live progress bar on a terminal
+    # PPO: collect the next rollout in a second process while the update runs (embodied/runner/collect_ahead.py); each
+    # batch then comes from the weights one update old, which PPO corrects for (decoupled PPO). On CPU with threads=1
+    # and cluster=local; elsewhere a notice, and the collection runs in this process
+    collect_ahead: bool = False
 
     def __post_init__(self):
         check(self.num_envs >= 1, f"train.num_envs={self.num_envs} must be >= 1")
@@ -71,6 +76,13 @@ def make_collector(env, policy, algo, cfg: TrainConfig, config: dict | None = No
     """The collector the algorithm needs (embodied/runner/collectors.py); with `cluster=ray` in the run `config`,
     the same collector on Ray workers (embodied/distributed)."""
     cluster = (config or {}).get("cluster") or {"name": "local"}
+    if cfg.collect_ahead:
+        check(collector_kind(env, policy, algo) is Collector, f"train.collect_ahead=true collects env steps ahead for "
+              f"PPO; algo={type(algo).__name__.lower()} on {type(env).__name__} collects otherwise: set it to false")
+        if reason := collect_ahead.unavailable(env, cluster["name"]):
+            print(f"notice: train.collect_ahead=true {reason}; this run collects in its own process", flush=True)
+        else:
+            return collect_ahead.AheadCollector(Collector(env, copy.deepcopy(policy), cfg.rollout_steps), policy)
     if cluster["name"] != "ray":
         return make_local_collector(env, policy, algo, cfg.num_envs, cfg.rollout_steps)
     from embodied.distributed.collector import ClusterConfig, RayCollector
@@ -116,7 +128,7 @@ class Trainer:
             self.collector.reset(seed=self.config["seed"])
         torch.set_rng_state(self.rng_state)
         total = cfg.total_env_steps  # group rollouts take as many steps as their episodes last
-        if isinstance(self.collector, Collector):
+        if isinstance(self.collector, (Collector, collect_ahead.AheadCollector)):
             total = whole_budget(total, cfg.num_envs * cfg.rollout_steps, "train.num_envs x rollout_steps")
         logger = RunLogger(self.run_dir, total, self.env_steps, cfg.progress)
         if cfg.eval_at_start and self.iteration == 0:

@@ -102,6 +102,8 @@ class ArmReachConfig:
 class ArmReachEnv(VecEnv):
     """N independent SO-101-like arms, each reaching for the ball its instruction names."""
 
+    fork_safe = True  # pure torch: train.collect_ahead forks a worker that steps it
+
     Config = ArmReachConfig
     # per-env tensors that make up a snapshot, with the generator (get_state / set_state)
     _state_names = ("qpos", "qvel", "ball_qpos", "ball_pos", "goal", "template", "hold", "steps")

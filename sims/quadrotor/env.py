@@ -153,6 +153,8 @@ class QuadrotorConfig:
 class _QuadrotorEnv(VecEnv):
     """Shared machinery; a task sets Config, the class constants below and the _task_* hooks."""
 
+    fork_safe = True  # pure torch: train.collect_ahead forks a worker that steps it
+
     Config = QuadrotorConfig
     _TASK_ROWS = 0  # rows of S after BASE_ROWS
     _TASK_FEATURES = 0  # reward feature rows after F_TASK
