@@ -170,7 +170,8 @@ class Ours:
             "env": s.env,
             "policy": {"name": "mlp", **dataclasses.asdict(m)},
             "algo": {"name": "ppo", **dataclasses.asdict(p)},
-            "train": {"num_envs": s.num_envs, "rollout_steps": s.steps, "progress": False, "collect_ahead": collect_ahead},
+            "train": {"num_envs": s.num_envs, "rollout_steps": s.steps, "progress": False,
+                      "collect_ahead": collect_ahead},
         }
         self._tmp = tempfile.TemporaryDirectory()  # Trainer wants a run dir; nothing is written here
         self.trainer = Trainer(config, Path(self._tmp.name))

@@ -167,10 +167,6 @@ class AheadCollector:
         check(self._proc is None, "AheadCollector.reset: the worker has started; reset before the first collect")
         self.inner.reset(seed)
 
-    @property
-    def steps(self) -> int:
-        return self.inner.steps
-
     def collect(self) -> TensorDict:
         if self._proc is None:
             self._start()

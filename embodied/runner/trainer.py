@@ -46,8 +46,8 @@ class TrainConfig:
     eval_deterministic: bool = True
     progress: bool = True  # live progress bar on a terminal
     # PPO: collect the next rollout in a second process while the update runs (embodied/runner/collect_ahead.py); each
-    # batch then comes from the weights one update old, which PPO corrects for (decoupled PPO). On CPU with threads=1
-    # and cluster=local; elsewhere a notice, and the collection runs in this process
+    # batch then comes from the weights one update old, which PPO corrects for (decoupled PPO). On CPU with threads=1,
+    # cluster=local and an env marked VecEnv.fork_safe; elsewhere a notice, and the collection runs in this process
     collect_ahead: bool = False
 
     def __post_init__(self):
