@@ -246,6 +246,7 @@ class Sb3:
 
     def __init__(self, s: Settings, vecnormalize: bool = True):
         from stable_baselines3 import PPO
+        from stable_baselines3.common.logger import Logger
         from stable_baselines3.common.vec_env import VecNormalize
 
         p, m = s.ppo, s.mlp
@@ -270,6 +271,7 @@ class Sb3:
                 "optimizer_kwargs": {"eps": 1e-8},
             },
         )
+        self.model.set_logger(Logger(None, []))  # learn() would configure one writing to an SB3-<date> folder in /tmp
 
     def run(self, iterations: int) -> None:
         self.model.learn(total_timesteps=iterations * self.steps_per_iteration, reset_num_timesteps=False,

@@ -82,9 +82,9 @@ class Sb3:
         # SB3's defaults for SAC are the settings listed in the module docstring
         self.model = Sb3SAC("MlpPolicy", gym.make("Pendulum-v1"), batch_size=batch_size, buffer_size=len(data["reward"]),
                             learning_starts=0, policy_kwargs={"net_arch": [256, 256]}, seed=0, device="cpu")
-        from stable_baselines3.common.logger import configure
+        from stable_baselines3.common.logger import Logger
 
-        self.model.set_logger(configure(None, []))
+        self.model.set_logger(Logger(None, []))  # no output; SB3's configure() makes an SB3-<date> folder in /tmp
         buf = self.model.replay_buffer
         for i in range(len(data["reward"])):
             buf.add(data["obs"][i][None], data["next_obs"][i][None], data["action"][i][None],

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 
-def test_stable_baselines3_ppo_learns_arm_reach():
+def test_stable_baselines3_ppo_learns_arm_reach(tmp_path, monkeypatch):
     """SB3's PPO on 8 one-env views, 12,288 steps (~10 s): the deterministic policy's mean return over 16
     evaluation episodes beats a uniform random policy's on the same episodes by more than 5. Seeds 0-7 (seed= of
     make_vec_env and PPO) gave -18.2 to -29.0 against the random policy's -37.7, margins 8.7 to 19.4; the test runs
     seed 0 (-24.4)."""
     pytest.importorskip("stable_baselines3", reason="Stable-Baselines3 comes with the dev extra: pip install '.[dev]'")
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path))  # learn()'s logger folder, else an SB3-<date> folder in /tmp
     # README
     from gymnasium.wrappers import FilterObservation
     from stable_baselines3 import PPO
