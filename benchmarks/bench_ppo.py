@@ -65,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sb3-iters", type=int, default=None, help="SB3's timed iterations per round (default: --iters)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--peer-threads", type=int, default=None,
+                   help="torch threads for rsl_rl and SB3 (default: --threads), e.g. 2 against ours collecting ahead, "
+                        "which runs one thread in each of two processes")
     p.add_argument("--device", default="cpu", help="torch device for all three (env, networks, update): cpu or cuda")
     p.add_argument("--env-set", action="append", default=[], metavar="KEY=VALUE",
                    help="an env config value for all three, e.g. cuda_graph=true (repeatable; YAML values)")
@@ -318,6 +321,7 @@ def benchmark(args: argparse.Namespace) -> tuple[dict[str, list[float]], float]:
     runners = {}
     for name in args.frameworks:
         start = time.perf_counter()
+        torch.set_num_threads(threads_for(name, args))
         try:
             runner = build(name, s, args)
             runner.run(1)  # warm-up: allocations, first-call dispatch, lazy buffers (and ours_compiled's compile)
@@ -334,6 +338,7 @@ def benchmark(args: argparse.Namespace) -> tuple[dict[str, list[float]], float]:
     for r in range(args.rounds):
         for name, runner in runners.items():
             k = args.sb3_iters if name == "sb3" else args.iters
+            torch.set_num_threads(threads_for(name, args))
             sync(s.device)
             start = time.perf_counter()
             runner.run(k)
@@ -345,6 +350,10 @@ def benchmark(args: argparse.Namespace) -> tuple[dict[str, list[float]], float]:
                   flush=True)
     policy = (runners["ours"] if "ours" in runners else Ours(s)).trainer.policy
     return rates, flops_per_env_step(policy, s.ppo.epochs)
+
+
+def threads_for(name: str, args: argparse.Namespace) -> int:
+    return args.peer_threads if name in ("rsl_rl", "sb3") and args.peer_threads else args.threads
 
 
 def summarize(rates: dict[str, list[float]], flops: float) -> str:
