@@ -35,7 +35,8 @@ from embodied.distributed.config import workers_at_normal_priority  # noqa: E402
 from embodied.runner.trainer import Trainer  # noqa: E402
 
 RGB = ["experiment=mujoco_reach_rgb", "train.eval_episodes=0", "train.eval_every=0", "train.progress=false"]
-HOVER = ["experiment=quadrotor_hover", "train.eval_episodes=0", "train.progress=false"]
+# the main job collecting in turn (train.collect_ahead=false), as the Ray arms do: the overhead of Ray, not of the overlap
+HOVER = ["experiment=quadrotor_hover", "train.collect_ahead=false", "train.eval_episodes=0", "train.progress=false"]
 HALF = ["cluster.env_cpus=0.5", "cluster.rollout_cpus=0.5"]  # three workers on two cores: logical CPUs only
 ARMS = {
     "pipeline": {
