@@ -23,6 +23,7 @@ each process runs one torch thread.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import sys
 import traceback
 
@@ -72,6 +73,8 @@ def unavailable(env, cluster: str) -> str | None:
                "(VecEnv.fork_safe: no native threads or GL context of its own)"
     if env.device.type != "cpu":
         return f"overlaps two CPU processes; on {env.device} the kernels already run apart from the host"
+    if len(os.sched_getaffinity(0)) < 2:
+        return "overlaps two processes, and this process may run on one CPU core only"
     if torch.get_num_threads() != 1:
         return f"runs one torch thread in each of two processes; this run has threads={torch.get_num_threads()}"
     try:

@@ -47,7 +47,7 @@ class TrainConfig:
     progress: bool = True  # live progress bar on a terminal
     # PPO: collect the next rollout in a second process while the update runs (embodied/runner/collect_ahead.py); each
     # batch then comes from the weights one update old, which PPO corrects for (decoupled PPO). On CPU with threads=1,
-    # cluster=local and an env marked VecEnv.fork_safe; elsewhere a notice, and the collection runs in this process
+    # 2+ cores, cluster=local and an env marked VecEnv.fork_safe; elsewhere a notice, and the collection runs here
     collect_ahead: bool = False
 
     def __post_init__(self):

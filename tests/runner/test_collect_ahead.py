@@ -135,6 +135,9 @@ def test_where_it_does_not_apply_a_notice_says_so_and_the_run_collects_in_proces
     assert type(trainer.collector) is Collector
     assert "cluster=ray runs its collection on its workers" in unavailable(trainer.env, "ray")
     assert unavailable(trainer.env, "local") is None
+    with pytest.MonkeyPatch.context() as patch:  # a machine, or a taskset, with one core: nothing to overlap on
+        patch.setattr(os, "sched_getaffinity", lambda pid: {0})
+        assert "may run on one CPU core only" in unavailable(trainer.env, "local")
     # a MuJoCo env steps in a native thread pool, which a forked worker does not have (it hung there, measured)
     mujoco = Trainer(compose(["env=mujoco_reach", "train.num_envs=2", "train.collect_ahead=true"]), tmp_path / "mj")
     assert "MujocoReachEnv is not marked as surviving a fork" in capsys.readouterr().out
