@@ -32,7 +32,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.config import check
-from embodied.rollout import Collector, pop_means
+from embodied.rollout import Collector
 
 
 def _serve(conn, collector: Collector, seed: int, rng: torch.Tensor | None) -> None:
@@ -54,11 +54,15 @@ def _serve(conn, collector: Collector, seed: int, rng: torch.Tensor | None) -> N
                 conn.send((None if shared else batch, rows))  # sent once: pickling moves the buffer to shared memory
                 shared = True
             else:  # "state"
-                conn.send({**collector.state_dict(), "worker_rng": torch.get_rng_state(),
-                           **{f"env.{k}": v for k, v in collector.env.get_state().items()}})
+                conn.send({**_snapshot(collector), "worker_rng": torch.get_rng_state()})
         except Exception:  # noqa: BLE001  (any error of the env or the policy, with its traceback)
             conn.send(_WorkerError(traceback.format_exc()))
             return
+
+
+def _snapshot(collector: Collector) -> dict[str, torch.Tensor]:
+    """The collector's state and its env's ("env." keys): where the worker's episodes stand."""
+    return {**collector.state_dict(), **{f"env.{k}": v for k, v in collector.env.get_state().items()}}
 
 
 def unavailable(env, cluster: str) -> str | None:
@@ -103,7 +107,6 @@ class AheadCollector:
         self._ready: tuple[TensorDict, list] | None = None  # a rollout collected, not yet returned
         self._in_flight = False
         self._worker_rng: torch.Tensor | None = None  # from a checkpoint: the worker's random state
-        self._finished: list[torch.Tensor] = []
 
     # --- the worker ------------------------------------------------------------------------
     def _start(self) -> None:
@@ -181,21 +184,21 @@ class AheadCollector:
             staleness = 0
         batch, rows = self._ready
         self._ready = None
-        self._finished.extend(rows)
+        self.inner._finished.extend(rows)  # the worker's finished episodes, counted where this process reads them
         self._launch()
         batch[keys.STALENESS] = torch.full(batch.batch_size, staleness, dtype=torch.long)
         return batch
 
     def count(self, batch: TensorDict) -> int:
-        return batch.numel()
+        return self.inner.count(batch)
 
     def pop_episode_stats(self) -> dict[str, float]:
-        return pop_means(self._finished, ("return", "length", "success"))
+        return self.inner.pop_episode_stats()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The worker's collector, env and random state, with the rollout it has collected ahead."""
         if self._proc is None:
-            state = {**self.inner.state_dict(), **{f"env.{k}": v for k, v in self.env.get_state().items()}}
+            state = _snapshot(self.inner)
             if self._worker_rng is not None:
                 state["worker_rng"] = self._worker_rng
         else:
