@@ -7,8 +7,11 @@
 # advantages need many episodes per update: 256 envs x 32 steps is ~220 episodes per update against ~27 at 32 envs.
 # On a device machine (carry .whl .gl .s19bc; python3 there holds CUDA torch but not mujoco, zarr or hydra):
 #   OUT=<dir> bash benchmarks/vla_pixels_gpu_job.sh
-# Knobs: PPO_S (seconds of PPO per seed), N (envs per seed), SEEDS, EXTRA (more overrides). train.eval_every=10000:
-# no evaluation mid-run (500 pixel episodes each), the curve between is the training success.
+# Knobs: PPO_S (seconds of PPO per seed), N (envs per seed), SEEDS, RENDER_THREADS, EXTRA (more overrides).
+# train.eval_every=10000: no evaluation mid-run (500 pixel episodes each), the curve between is the training success.
+# Rendering bound the seeds' 440 env-steps/s here (session 19: 512 frames per env step, one after another); each
+# seed's envs now render in RENDER_THREADS threads (env.num_threads, sims/mujoco/render.py), 3 seeds x 4 of the 16
+# cores. On 2 CPU cores with Mesa, 2 threads drew the frames ~1.9x as fast as 1; with the GPU's EGL not yet measured.
 set -u
 OUT=${OUT:-/tmp/out}
 . scripts/device_env.sh || exit 1  # the wheels and the GL loaders
@@ -19,7 +22,8 @@ mkdir -p /tmp/v "$OUT"
 for s in ${SEEDS:-0 1 2}; do
     OMP_NUM_THREADS=2 timeout $((PPO_S + 150)) python3 -m embodied.cli train experiment=mujoco_reach_rgb_vla_ppo \
         seed=$s device=${DEVICE:-cuda} init_from=.s19bc/bc_seed$s pipeline.demos.episodes=0 pipeline.bc.updates=0 \
-        train.num_envs=$N train.total_env_steps=4_000_000 train.max_seconds=$PPO_S train.eval_at_start=true \
+        train.num_envs=$N env.num_threads=${RENDER_THREADS:-4} train.total_env_steps=4_000_000 \
+        train.max_seconds=$PPO_S train.eval_at_start=true \
         train.eval_every=10000 train.eval_episodes=500 pipeline.online.eval_episodes=500 train.progress=false \
         hydra.run.dir=/tmp/v/run_seed$s ${EXTRA:-} \
         > "$OUT/pixel_seed$s.log" 2>&1 &

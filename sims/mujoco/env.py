@@ -87,7 +87,9 @@ class MujocoArmConfig:
     light_range: tuple[float, float] = (1.0, 1.0)  # light intensity scale, drawn per episode
     camera_jitter: float = 0.0  # m, camera positions shifted uniformly in +-jitter per episode
     stepper: Literal["rollout", "threads"] = "rollout"  # mujoco.rollout's pool is faster (benchmarks/RESULTS.md)
-    num_threads: int = 2  # native stepping threads
+    # native threads stepping the envs, and threads rendering their cameras (a GL context each; 256 envs, two 48x48
+    # cameras, 2 CPU cores: 2 threads drew the frames 1.97x as fast as 1, benchmarks/RESULTS.md "Rendering in threads")
+    num_threads: int = 2
     max_instruction_bytes: int = 64  # width of the `language` byte tensor
     goal_in_state: bool = True  # false: the goal rows move from `state` to `privileged` (pixel policies)
 
@@ -149,7 +151,8 @@ class MujocoArmEnv(VecEnv):
         randomized = config.friction_range != (1.0, 1.0) or config.mass_range != (1.0, 1.0)
         self.models = [copy.copy(m) for _ in range(n)] if randomized else [m] * n  # per-env physics parameters
         self.stepper = make_stepper(config.stepper, m, config.num_threads)
-        self.renderer = CameraRenderer(m, config.cameras, config.image_size, config.depth) if config.cameras else None
+        cams = config.cameras
+        self.renderer = CameraRenderer(m, cams, config.image_size, config.depth, config.num_threads) if cams else None
         self.lower, self.upper = np.array(scene.JOINT_LOWER), np.array(scene.JOINT_UPPER)
         self.home = np.array(scene.HOME_QPOS)
         self.ws_low, self.ws_high = np.array(config.workspace_low), np.array(config.workspace_high)

@@ -87,10 +87,12 @@ def test_pipeline_stages_step_their_own_envs_and_streams_and_a_run_repeats(tmp_p
 
 def test_pipeline_stages_render_in_their_own_threads(tmp_path, local_ray):
     """A MuJoCo renderer's GL context is current in the thread that made it: each stage's envs are built, stepped
-    and closed in that stage's thread (stepping them from another failed with EGL_BAD_ACCESS)."""
+    and closed in that stage's thread (stepping them from another failed with EGL_BAD_ACCESS). env.num_threads=1:
+    the stage's own thread draws the frames (with more, the env's render threads do, sims/mujoco/render.py)."""
     pytest.importorskip("sims.mujoco")
     over = ["experiment=mujoco_reach_rgb", "train.num_envs=4", "train.rollout_steps=2", "train.eval_episodes=0",
-            "train.progress=false", "cluster=ray", "cluster.placement=pipelined", "cluster.pipeline_stages=2"]
+            "train.progress=false", "cluster=ray", "cluster.placement=pipelined", "cluster.pipeline_stages=2",
+            "env.num_threads=1"]
     trainer = Trainer(compose(over), tmp_path)
     trainer.collector.reset(seed=0)
     for _ in range(2):

@@ -1,5 +1,7 @@
 """The batched MuJoCo Panda tasks: kinematics, stepping, snapshots, success logic, cameras, randomization."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -173,3 +175,57 @@ def test_goal_rows_move_to_privileged_and_full_state_puts_them_back():
     assert obs["state"].shape == (3, 25) and obs["privileged"].shape == (3, 6)
     assert torch.equal(hidden.full_state(obs), full["state"]) and torch.equal(full["state"], hidden.observe_state())
     assert shown.full_state(full) is full["state"]
+
+
+def test_render_threads_draw_the_frames_one_renderer_draws(monkeypatch):
+    """num_threads > 1 splits the envs' frames over renderers in threads of their own: the same images, bit for
+    bit, over resets and steps with jittered cameras and lights, each renderer drawing in its own thread."""
+    from sims.mujoco import render
+
+    drawn_in: dict[int, set] = {}
+    draw = render._Frames.draw
+
+    def spy(self, rows, *args):
+        drawn_in.setdefault(id(self), set()).add(threading.get_ident())
+        return draw(self, rows, *args)
+
+    monkeypatch.setattr(render._Frames, "draw", spy)
+    cfg = dict(cameras=("front", "side"), image_size=24, depth=True, light_range=(0.5, 1.0), camera_jitter=0.02,
+               max_episode_steps=3)
+    envs = [MujocoPushEnv(MujocoPushEnv.Config(**cfg, num_threads=k), num_envs=5) for k in (1, 3)]
+    gen = torch.Generator().manual_seed(0)
+    outs = [[env.reset(seed=2)[0]] for env in envs]
+    for _ in range(4):  # crosses an auto-reset
+        action = torch.rand(5, 4, generator=gen) * 2 - 1
+        for env, out in zip(envs, outs):
+            out.append(env.step(action)[0])
+    for one, three in zip(*outs):
+        assert torch.equal(one["images"]["front"], three["images"]["front"])
+        assert torch.equal(one["images"]["side"], three["images"]["side"])
+        assert torch.equal(one["depth"]["side"], three["depth"]["side"])
+    threaded = envs[1].renderer
+    assert len(threaded.frames) == 3 and len({frozenset(drawn_in[id(f)]) for f in threaded.frames}) == 3
+    assert all(len(drawn_in[id(f)]) == 1 for f in threaded.frames)  # each renderer stays in its thread
+    assert threading.get_ident() not in set().union(*(drawn_in[id(f)] for f in threaded.frames))
+    for env in envs:
+        env.close()
+    assert all(t._shutdown for t in threaded.threads)
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_a_threaded_renderer_dropped_unclosed_is_freed_in_its_threads():
+    """Garbage collection frees a renderer in whichever thread drops it; freed outside its own thread it failed with
+    EGL_BAD_ACCESS, and the process's other renderers then drew wrong images."""
+    import gc
+
+    ref = MujocoReachEnv(MujocoReachEnv.Config(cameras=("front",), image_size=24, num_threads=1), num_envs=3)
+    before = ref.reset(seed=0)[0]["images"]["front"]
+    for _ in range(3):
+        env = MujocoReachEnv(MujocoReachEnv.Config(cameras=("front",), image_size=24, num_threads=3), num_envs=3)
+        assert torch.equal(env.reset(seed=0)[0]["images"]["front"], before)
+        threads = env.renderer.threads
+        del env
+        gc.collect()
+        assert all(t._shutdown for t in threads)
+    assert torch.equal(ref.reset(seed=0)[0]["images"]["front"], before)
+    ref.close()
