@@ -5,12 +5,14 @@
 
 render: `CameraRenderer.render` of the front and side cameras, in a fresh process per arm and round (Mesa reads
 LP_NUM_THREADS once per process): 1 and 2 render threads, with llvmpipe's helper threads (LP_NUM_THREADS = the
-cores, Mesa's default, as before) and without (LP_NUM_THREADS=0, sims.mujoco's default now), at 48 px (256 envs, the pixel tasks' size),
-128 px (32 envs) and 256 px (8 envs); milliseconds per call, median of 5 calls after 2 warm-ups.
+cores, Mesa's default, as before) and without (LP_NUM_THREADS=0, sims.mujoco's default now), at 48 px (256 envs,
+the pixel tasks' size), 128 px (32 envs) and 256 px (8 envs); milliseconds per call, median of 5 calls after 2
+warm-ups.
 train: env-steps/s of PPO iterations (collection + update) built as `embodied train` builds them, for the image MLP
 (`experiment=mujoco_reach_rgb`, 32 envs) and the pixel VLA (`experiment=mujoco_reach_rgb_vla_ppo`, 256 envs as its
-GPU job runs, 8 steps per collection to keep the job short), the code of `--before` (a git worktree of the commit before) against this checkout's; one process per
-arm and round, a warm-up iteration first. Each round's arms run one after another, so the host's drift hits them alike.
+GPU job runs, 8 steps per collection to keep the job short), the code of `--before` (a git worktree of the commit
+before) against this checkout's; one process per arm and round, a warm-up iteration first. Each round's arms run one
+after another, so the host's drift hits them alike.
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ def render(rounds: int) -> None:
             code = RENDER.format(tree=str(HERE), size=size, envs=sizes[size], threads=threads)
             values.append(run(code, environ(lp)))
         print(f"round {r + 1}/{rounds} done", flush=True)
-    print(f"\n| frame, envs | LP_NUM_THREADS | render threads | ms per call, median (min-max) | speed vs {mesa}, 1 thread |")
+    print("\n| frame, envs | LP_NUM_THREADS | render threads | ms per call, median (min-max) | "
+          f"speed vs {mesa}, 1 thread |")
     print("|---|---|---|---|---|")
     for (size, lp, threads), values in arms.items():
         base = arms[(size, mesa, 1)]
@@ -109,8 +112,9 @@ def train(before: str, rounds: int, iters: int) -> None:
             tree = before if label == "before" else str(HERE)
             code = TRAIN.format(tree=tree, overrides=TASKS[task], iters=iters)
             values.append(run(code, environ(None)))
-        print(f"round {r + 1}/{rounds}: " + ", ".join(f"{t} {l} {v[-1]:,.0f}" for (t, l), v in arms.items()), flush=True)
-    print(f"\n| task | before: env-steps/s | after | after / before (median of rounds) |\n|---|---|---|---|")
+        last = ", ".join(f"{task} {label} {v[-1]:,.0f}" for (task, label), v in arms.items())
+        print(f"round {r + 1}/{rounds}: {last}", flush=True)
+    print("\n| task | before: env-steps/s | after | after / before (median of rounds) |\n|---|---|---|---|")
     for task in TASKS:
         old, new = arms[(task, "before")], arms[(task, "after")]
         ratio = statistics.median(n / o for n, o in zip(new, old))
@@ -120,7 +124,7 @@ def train(before: str, rounds: int, iters: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=["render", "train"])
-    parser.add_argument("--before", help="train: a checkout of the commit before (git worktree add --detach <dir> <rev>)")
+    parser.add_argument("--before", help="train: a checkout of the commit before (git worktree add --detach DIR REV)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iters", type=int, default=3)
     args = parser.parse_args()
