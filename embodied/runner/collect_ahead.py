@@ -32,6 +32,7 @@ from tensordict import TensorDict
 
 from embodied import keys
 from embodied.config import check
+from embodied.distributed.workers import load_weights
 from embodied.rollout import Collector
 
 
@@ -147,15 +148,9 @@ class AheadCollector:
         raise RuntimeError(f"the train.collect_ahead worker process died (exit code {code}); the run's last "
                            "checkpoint resumes it (embodied train resume=<run dir>)") from None
 
-    def _sync_weights(self) -> None:
-        with torch.no_grad():
-            for mine, theirs in zip(self.actor.state_dict(keep_vars=True).values(),
-                                    self.policy.state_dict(keep_vars=True).values()):
-                mine.copy_(theirs)
-
     def _launch(self) -> None:
         """The next collection, with the learner's weights as they are now."""
-        self._sync_weights()
+        load_weights(self.actor, self.policy.state_dict())  # into the shared memory the worker reads
         self._send("collect")
         self._in_flight = True
 
