@@ -5,6 +5,9 @@
     .venv/bin/python benchmarks/bench_distributed.py pipeline --experiment mujoco_reach_rgb_vla_ppo \
         policy.hidden=128 policy.layers=4     # config overrides for every arm: a VLA whose act costs its env step
     .venv/bin/python benchmarks/bench_distributed.py overhead     # quadrotor_hover PPO iterations: colocated vs plain
+    .venv/bin/python benchmarks/bench_distributed.py overhead --rounds 60 --iters 1 \
+        --arms "one process;colocated x1;colocated x1, object store"   # some arms, alternating every iteration
+    .venv/bin/python benchmarks/bench_distributed.py transfers    # the main job's weights and batch: Ray vs /dev/shm
     .venv/bin/python benchmarks/bench_distributed.py stages       # per-stage costs -> the scaling model's table
     .venv/bin/python benchmarks/bench_distributed.py async        # quadrotor_hover: time to 95% success, staleness 0/1/2
     .venv/bin/python benchmarks/bench_distributed.py cluster      # the 2-node simulated cluster against the model
@@ -48,10 +51,12 @@ ARMS = {
         "pipelined, 2 env workers x 2 stages": RGB + ["cluster=ray", "cluster.placement=pipelined",
                                                      "cluster.env_workers=2", "cluster.pipeline_stages=2", *HALF],
         "colocated x2": RGB + ["cluster=ray", "cluster.env_workers=2"],
+        "colocated x2, object store": RGB + ["cluster=ray", "cluster.env_workers=2", "cluster.shared_memory=false"],
     },
     "overhead": {
         "one process": HOVER,
         "colocated x1": HOVER + ["cluster=ray"],
+        "colocated x1, object store": HOVER + ["cluster=ray", "cluster.shared_memory=false"],
         "colocated x1 async": HOVER + ["cluster=ray", "cluster.max_staleness=1"],
     },
 }
@@ -193,6 +198,58 @@ def time_to_success(rounds: int, target: float = 0.95) -> None:
         print(f"| {name} | {', '.join(f'{v:.1f}' for v in values)} (median {statistics.median(values):.1f}) |")
 
 
+class Holder:
+    """A Ray actor holding a packed main-job batch: returns it through the object store or the learner's block."""
+
+    def __init__(self, batch):
+        from embodied.distributed.workers import pack
+
+        self.batch, self.pack = batch, pack
+
+    def give(self, rng, out=None):
+        return self.pack(self.batch, out), rng
+
+    def nothing(self, rng):
+        return None, rng
+
+
+def transfers(rounds: int) -> None:
+    """Median ms of each leg of a colocated worker's synchronous call on the main job, by path: the weights' put
+    (learner), a call taking the random state and answering it back, and one answering the 2.9 MB batch too,
+    unpacked into the learner's tensors. 50 calls per leg per round, the legs interleaved."""
+    import ray
+
+    from embodied.distributed.shared import SharedBlock, send, size
+    from embodied.distributed.workers import pack, rng_wire, to_wire, unpack, weights
+
+    trainer = Trainer(compose(HOVER), Path(tempfile.mkdtemp()))
+    trainer.collector.reset(seed=0)
+    batch = trainer.collector.collect()
+    holder = ray.remote(Holder).remote(batch)
+    arrays = to_wire(weights(trainer.policy))
+    block, out = SharedBlock.make(size(arrays)), SharedBlock.make(size(pack(batch)["leaves"]))
+    rng = torch.get_rng_state()
+    legs = {"weights: ray.put": lambda: ray.put(arrays), "weights: into shared memory": lambda: send(block.ref, arrays),
+            "call, random state as a tensor": lambda: ray.get(holder.nothing.remote(rng)),
+            "call, random state as numpy": lambda: ray.get(holder.nothing.remote(rng_wire(rng))),
+            "call answering the batch, object store": lambda: unpack(ray.get(holder.give.remote(rng_wire(rng)))[0]),
+            "call answering the batch, shared memory":
+                lambda: unpack(ray.get(holder.give.remote(rng_wire(rng), out.ref))[0])}
+    times: dict[str, list[float]] = {k: [] for k in legs}
+    for _ in range(rounds):
+        for name, leg in legs.items():
+            for _ in range(50):
+                t = time.perf_counter()
+                leg()
+                times[name].append(time.perf_counter() - t)
+    block.close(), out.close()
+    print(f"\n| leg (quadrotor_hover batch, {sum(v.nbytes for v in pack(batch)['leaves'].values()) / 1e6:.1f} MB) | "
+          f"ms, median (min-max of round medians) |\n|---|---|")
+    for name, values in times.items():
+        per_round = [statistics.median(values[r * 50:(r + 1) * 50]) * 1e3 for r in range(rounds)]
+        print(f"| {name} | {statistics.median(values) * 1e3:.2f} ({min(per_round):.2f}-{max(per_round):.2f}) |")
+
+
 def two_nodes(rounds: int, iters: int) -> None:
     """mujoco_reach_rgb collection on a 2-node cluster simulated here (1 CPU each), pipelined, one env worker per
     node and the rollout worker beside one of them."""
@@ -213,13 +270,14 @@ def two_nodes(rounds: int, iters: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", choices=["pipeline", "overhead", "stages", "async", "cluster"])
+    p.add_argument("part", choices=["pipeline", "overhead", "transfers", "stages", "async", "cluster"])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=4, help="timed collections (iterations) per arm per round")
     p.add_argument("--cpus", type=int, default=12,
                    help="logical CPUs of the local Ray instance (every arm's workers stay up: the pipeline arms ask 8.5)")
     p.add_argument("--experiment", default="mujoco_reach_rgb",
                    help="the pipeline part's run config (e.g. mujoco_reach_rgb_vla_ppo: a policy step near the env's)")
+    p.add_argument("--arms", help="arm names to run, separated by ;, the first the ratios' base (default: all)")
     p.add_argument("overrides", nargs="*", help="config overrides for every arm, e.g. policy.hidden=128 policy.layers=4")
     args = p.parse_intermixed_args()
     torch.set_num_threads(1)
@@ -232,7 +290,15 @@ def main() -> None:
     if args.part in ARMS:
         arms = {name: [f"experiment={args.experiment}" if o == RGB[0] else o for o in over] + args.overrides
                 for name, over in ARMS[args.part].items()}
+        if args.arms:
+            names = args.arms.split(";")
+            unknown = [n for n in names if n not in arms]
+            if unknown:
+                p.error(f"--arms {unknown}: the {args.part} part's arms are {list(arms)}")
+            arms = {n: arms[n] for n in names}
         throughput(arms, args.rounds, args.iters, update=args.part == "overhead")
+    elif args.part == "transfers":
+        transfers(args.rounds)
     elif args.part == "stages":
         model(stages(args.rounds))
     else:

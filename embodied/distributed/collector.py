@@ -17,6 +17,10 @@ batch is at most `s` updates old; PPO then corrects for the behaviour policy (em
 s = 0 the learner's random state travels with the collection and comes back, so a run with one env worker
 reproduces the single-process run exactly (tests/runner/test_distributed.py).
 
+Transfers: weights to workers and batches back cross through blocks of shared memory the learner makes, where every
+worker reading the weights (or the worker sending a batch) runs on the learner's node, and through Ray's object store
+otherwise (`cluster.shared_memory`, embodied/distributed/shared.py).
+
 Faults: a worker that dies or raises is restarted by Ray (`max_restarts=-1` at Ray's level); the collection it
 was part of is dropped whole, every worker resets its envs (fresh episodes) and gets the learner's current
 weights, and the collection runs again, up to `cluster.max_restarts` times.
@@ -26,17 +30,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 
 from embodied import keys
 from embodied.config import ConfigError, check
 from embodied.distributed.config import ClusterConfig, workers_at_normal_priority
-from embodied.distributed.workers import (CollectorWorker, EnvWorker, RemotePolicy, RolloutWorker, env_spec, to_wire,
-                                         unpack, weights)
+from embodied.distributed.shared import MARK, SharedBlock, send, size
+from embodied.distributed.workers import (CollectorWorker, EnvWorker, RemotePolicy, RolloutWorker, env_spec, rng_unwire,
+                                         rng_wire, to_wire, unpack, weights)
 from embodied.registry import MissingExtraError
 from embodied.rollout import Collector
 
@@ -167,8 +173,17 @@ class RayCollector:
         self.env_workers = env_workers
         self.workers = env_workers + self.rollout_workers
         self.seed, self.launched, self.returned, self.failures = 0, 0, 0, 0
+        # shared memory with the workers on this node: the weights' when every reader is here, a batch block per env
+        # worker here (made once its first batch, through Ray, gives the size), counted by path in `transfers`
+        places = ray.get([w.where.remote() for w in self.workers])
+        self.processes = [p["pid"] for p in places]  # each worker's pid: a different one later means a restart
+        here = ray.get_runtime_context().get_node_id()
+        local = [cluster.shared_memory and p["node"] == here for p in places]
+        readers = local[k:] if split else local[:k]
+        self.weight_blocks: list[SharedBlock | None] | None = None if all(readers) else []  # made by the first send
+        self.batch_blocks: list[SharedBlock | None | bool] = [None if near else False for near in local[:k]]
+        self.transfers: Counter = Counter()  # (what, "shared memory" | "object store") -> count
         self.fresh = True  # the next collection resets every worker's envs and sends whole weights
-        self.processes = self._processes()  # each worker's pid: a different one later means a restart
         self._stats: list[dict] = []
         self._staleness: list[int] = []
 
@@ -230,6 +245,10 @@ class RayCollector:
         for w in self.workers:
             self.ray.kill(w)
         self.workers = []
+        for block in (getattr(self, "weight_blocks", None) or []) + getattr(self, "batch_blocks", []):
+            if block:
+                block.close()
+        self.weight_blocks, self.batch_blocks = [], []
         if hasattr(self, "group"):
             self.ray.util.remove_placement_group(self.group)
         if self.started and self.ray.is_initialized():
@@ -240,7 +259,7 @@ class RayCollector:
         """Starts the next collection with the learner's weights as they are now."""
         sync = self.cluster.max_staleness == 0
         rng = torch.get_rng_state() if sync else rng_state(self.seed * SEED_STRIDE + self.launched)
-        state = self.ray.put(to_wire(weights(self.policy, full=self.fresh)))
+        state = self._send_weights(self.launched, self.fresh)
         job = self.jobs.submit(self._run, state, rng, self.returned, self.fresh, self.launched, sync)
         self.fresh = False
         self.launched += 1
@@ -259,7 +278,7 @@ class RayCollector:
                 print(f"a worker failed during collection {index} ({type(err).__name__}); restarting the workers "
                       f"and collecting again with fresh episodes (restart {self.failures})", flush=True)
                 self._restart()
-                state, fresh = self.ray.put(to_wire(weights(self.policy, full=True))), True
+                state, fresh = self._send_weights(index, True), True
 
     def _collect(self, state, rng: torch.Tensor, fresh: bool, index: int):
         """Collection `index`, one rollout from every worker: (batch, episode stats per collector, the first stream's
@@ -288,14 +307,49 @@ class RayCollector:
             outs = [(batch, [self.lockstep.pop_episode_stats()], None)]
             self._check_processes()
         else:  # colocated (weights to each worker) or pipelined (weights in the rollout workers, loaded above)
-            outs = self.ray.get([w.collect.remote(None if self.rollout_workers else state, streams[i * self.stages],
-                                                  seeds[i] if fresh else None) for i, w in enumerate(env_workers)])
+            outs = self.ray.get([w.collect.remote(None if self.rollout_workers else state,
+                                                  rng_wire(streams[i * self.stages]), seeds[i] if fresh else None,
+                                                  self._batch_block(i)) for i, w in enumerate(env_workers)])
             if [o[3] for o in outs] + rollout_pids != self.processes:
                 raise WorkerRestarted("a worker's process changed since the last collection (restarted by Ray)")
-            outs = [(unpack(o[0]), *o[1:3]) for o in outs]
+            for i, o in enumerate(outs):
+                self._received(i, o[0]["leaves"])
+            outs = [(unpack(o[0]), o[1], rng_unwire(o[2])) for o in outs]
         rng_out = self.ray.get(self._rollout(0).rng.remote(0)) if self.rollout_workers else outs[0][2]
         dim = 1 if self.kind is Collector else 0  # [T, N] env steps, or [B] episodes
         return cat([o[0] for o in outs], dim), [s for o in outs for s in o[1]], rng_out
+
+    # --- transfers -----------------------------------------------------------------------------------------------
+    def _send_weights(self, index: int, full: bool):
+        """The weights for collection `index`: written into shared-memory block `index % (max_staleness + 1)` (the
+        collections that may still read a block are at most max_staleness + 1 consecutive ones: those launched and
+        not yet returned), or `ray.put`."""
+        arrays = to_wire(weights(self.policy, full=full))
+        if self.weight_blocks is None and not full:  # sized for an update's weights; whole ones (a worker's first
+            # sync: frozen weights too, e.g. a LoRA run's whole LM) fit only where nothing is frozen
+            self.weight_blocks = [SharedBlock.make(size(arrays)) for _ in range(self.cluster.max_staleness + 1)]
+        block = self.weight_blocks[index % len(self.weight_blocks)] if self.weight_blocks else None
+        message = block and send(block.ref, arrays)
+        self.transfers["weights", "shared memory" if message else "object store"] += 1
+        return message or self.ray.put(arrays)
+
+    def _batch_block(self, worker: int) -> dict | None:
+        """Where env worker `worker` writes its batch: its block (one is enough: collections run one after another,
+        and the learner copies a batch out before the next one starts), or None (through Ray)."""
+        block = self.batch_blocks[worker]
+        return block.ref if block else None
+
+    def _received(self, worker: int, leaves: dict) -> None:
+        """Counts the batch's path; a batch that came through Ray from a worker on this node sizes its block (a
+        quarter larger: episodes vary in length) for the next ones."""
+        shared = MARK in leaves
+        self.transfers["batches", "shared memory" if shared else "object store"] += 1
+        if shared or self.batch_blocks[worker] is False:
+            return
+        if self.batch_blocks[worker]:
+            self.batch_blocks[worker].close()
+        arrays = all(isinstance(v, np.ndarray) for v in leaves.values())  # not so: a batch on a GPU, through Ray
+        self.batch_blocks[worker] = arrays and SharedBlock.make(size(leaves) * 5 // 4) or False
 
     def _rollout(self, caller: int):
         """The rollout worker serving env worker `caller` (disaggregated: the one Collector, caller 0)."""

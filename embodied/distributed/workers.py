@@ -7,11 +7,12 @@
     EnvWorker         disaggregated: a shard of the envs; reset and step
     RolloutWorker     disaggregated / pipelined: a copy of the policy; act and value, one random stream per caller
 
-Weights travel as `weights(policy)` dicts through Ray's object store (one `ray.put` per update, read by every
-worker), batches back the same way, both as numpy arrays (to_wire, pack); each worker's copy loads them with
-`load_weights`. Random numbers: the learner hands each collection a
-generator state (`torch.get_rng_state()` layout) and takes the final one back, so a synchronous run with one
-worker draws exactly the single-process run's numbers.
+Weights travel as `weights(policy)` dicts, batches back as `pack`ed ones, both as numpy arrays (to_wire): to and
+from a worker on the learner's node through blocks of shared memory the learner owns (embodied/distributed/shared.py,
+`cluster.shared_memory`), otherwise through Ray's object store (one `ray.put` of the weights per update, read by
+every worker). Each worker's copy loads them with `load_weights`. Random numbers: the learner hands each collection
+a generator state (`torch.get_rng_state()` layout, as a numpy array: Ray pickles a tensor more slowly) and takes the
+final one back, so a synchronous run with one worker draws exactly the single-process run's numbers.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tensordict import TensorDict
 from embodied.build import make_algo, make_env, make_policy
 from embodied.config import check
 from embodied.device import resolve_device
+from embodied.distributed.shared import receive, send
 from embodied.policy import ActOutput
 from embodied.rollout import Collector
 from embodied.runner.collectors import make_local_collector
@@ -82,16 +84,28 @@ def from_wire(arrays: dict) -> dict:
     return {k: torch.from_numpy(v.copy()) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
 
 
-def pack(batch: TensorDict) -> dict:
-    """A collection's batch for the wire (to_wire); `unpack` rebuilds the TensorDict."""
-    return {"batch_size": tuple(batch.batch_size), "leaves": to_wire(dict(batch.items(True, True)))}
+def pack(batch: TensorDict, out: dict | None = None) -> dict:
+    """A collection's batch for the wire (to_wire), its leaves written into the learner's shared-memory block `out`
+    where they fit; `unpack` rebuilds the TensorDict."""
+    leaves = to_wire(dict(batch.items(True, True)))
+    return {"batch_size": tuple(batch.batch_size), "leaves": (out and send(out, leaves)) or leaves}
 
 
 def unpack(packed: dict) -> TensorDict:
     batch = TensorDict({}, batch_size=packed["batch_size"])
-    for key, value in from_wire(packed["leaves"]).items():
+    for key, value in from_wire(receive(packed["leaves"])).items():
         batch.set(key, value)
     return batch
+
+
+def rng_wire(state: torch.Tensor) -> np.ndarray:
+    """A generator state for a Ray call: a call taking one and answering one took 1.5 ms as numpy, 2.9 ms as tensors
+    (benchmarks/RESULTS.md, "Same-node transfers through shared memory")."""
+    return state.numpy()
+
+
+def rng_unwire(state: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.array(state))  # Ray's arrays are read-only; a state is 5 KB
 
 
 FINAL = ("final_obs", "_final_obs")  # gymnasium's same-step autoreset entries: a whole observation each step
@@ -128,13 +142,14 @@ class CollectorWorker:
         algo = make_algo(config["algo"], self.policy)  # only for its kind of rollouts (group size)
         self.collectors = [make_local_collector(env, self.policy, algo, num_envs, steps)]
 
-    def collect(self, state: dict | None, rng: torch.Tensor, reset_seed: int | None):
-        """One rollout with the given weights and random state: (packed batch, episode stats per collector, final
-        random state, this process's id: another one than before means Ray restarted the worker, and its envs' state
-        is gone). Pipeline stage s resets from `reset_seed + s`."""
+    def collect(self, state: dict | None, rng: np.ndarray, reset_seed: int | None, out: dict | None = None):
+        """One rollout with the given weights and random state (`rng_wire`'s): (packed batch, episode stats per
+        collector, final random state, this process's id: another one than before means Ray restarted the worker, and
+        its envs' state is gone). Pipeline stage s resets from `reset_seed + s`. `out`: the learner's shared-memory
+        block for the batch."""
         if not self.threads:  # colocated: this worker's own policy copy
-            load_weights(self.policy, state)
-        torch.set_rng_state(rng)
+            load_weights(self.policy, receive(state))
+        torch.set_rng_state(rng_unwire(rng))
 
         def run(s: int) -> TensorDict:
             if reset_seed is not None:
@@ -146,7 +161,7 @@ class CollectorWorker:
         else:
             batch = run(0)
         stats = [c.pop_episode_stats() for c in self.collectors]
-        return pack(batch), stats, torch.get_rng_state(), os.getpid()
+        return pack(batch, out), stats, rng_wire(torch.get_rng_state()), os.getpid()
 
     def close(self) -> None:
         """Closes the envs, each in the thread that built it (a renderer freed from another thread fails), then ends
@@ -216,7 +231,7 @@ class RolloutWorker:
 
     def load(self, state: dict) -> int:
         """The learner's weights; returns this process's id (as CollectorWorker.collect does)."""
-        load_weights(self.policy, state)
+        load_weights(self.policy, receive(state))
         return os.getpid()
 
     def seed(self, stream: int, rng: torch.Tensor) -> None:

@@ -40,15 +40,27 @@ def state(trainer):
     return {k: v.clone() for k, v in trainer.policy.state_dict().items()}
 
 
-@pytest.mark.parametrize("placement", ["colocated", "disaggregated", "pipelined"])
+# the 4 collections' transfers: the first weights are whole and the first batch sizes its block, so both cross
+# through Ray's object store, and the 3 after through shared memory; disaggregated batches are built here
+SHARED = {"weights": (1, 3), "batches": (1, 3)}
+ROUTES = {"colocated": SHARED, "pipelined": SHARED, "disaggregated": {"weights": (1, 3), "batches": (0, 0)},
+          "colocated, object store": {"weights": (4, 0), "batches": (4, 0)}}
+
+
+@pytest.mark.parametrize("placement", list(ROUTES))
 def test_synchronous_run_with_one_worker_reproduces_the_single_process_curve(tmp_path, local_ray, placement):
     plain = Trainer(compose(SMALL), tmp_path / "plain")
     plain.learn()
-    ray_run = Trainer(compose(SMALL + ["cluster=ray", f"cluster.placement={placement}"]), tmp_path / "ray")
+    over = [f"cluster.placement={placement.split(',')[0]}"] + ["cluster.shared_memory=false"] * ("," in placement)
+    ray_run = Trainer(compose(SMALL + ["cluster=ray"] + over), tmp_path / "ray")
     ray_run.learn()
     assert curve(tmp_path / "plain") == curve(tmp_path / "ray") and len(curve(tmp_path / "ray")) == 4
     for key, value in state(plain).items():
         torch.testing.assert_close(ray_run.policy.state_dict()[key], value, rtol=0, atol=0, msg=key)
+    routes = ray_run.collector.transfers
+    assert {what: (routes[what, "object store"], routes[what, "shared memory"]) for what in ("weights", "batches")} \
+        == ROUTES[placement]
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"embodied_{os.getpid()}_")]  # unlinked at the end
 
 
 @pytest.mark.slow  # ~35 s: three runs of three workers

@@ -48,7 +48,13 @@ def test_env_workers_spread_over_two_nodes_and_train(tmp_path, two_nodes):
     collector = trainer.collector
     nodes = {ray.get(w.where.remote())["node"] for w in collector.workers}
     assert nodes == {n["NodeID"] for n in ray.nodes() if n["Alive"]} and len(nodes) == 2
+    here = ray.get_runtime_context().get_node_id()
+    assert sum(ray.get(w.where.remote())["node"] == here for w in collector.workers) == 1
     trainer.learn()  # closes the workers and disconnects from the cluster, which goes on running
+    # weights through Ray's object store (a worker is on the other node); batches too, but for the 3 after the first
+    # of the worker on the learner's node (through shared memory)
+    assert dict(collector.transfers) == {("weights", "object store"): 4, ("batches", "object store"): 5,
+                                         ("batches", "shared memory"): 3}
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows if "algo/loss" in r] == [1, 2, 3, 4]
     assert not ray.is_initialized() and len(two_nodes.list_all_nodes()) == 2
