@@ -1,35 +1,56 @@
 #!/usr/bin/env bash
-# The pixel VLA's PPO at many envs on a GPU machine (issue 19 item 1: RL over the VLA from pixels, 3 seeds), from BC
-# checkpoints made on the CPU by `embodied train experiment=mujoco_reach_rgb_vla_ppo seed=<s> train.total_env_steps=0`
-# and copied to .s19bc/bc_seed<s>. One process per seed, all at once; each evaluates its BC weights first (500
-# episodes, train.eval_at_start) and again after PPO, so before and after are the same protocol on the same machine.
+# The pixel VLA's PPO at many envs on a GPU machine (issue 19 item 1: RL over the VLA from pixels, 3 seeds). Each seed
+# starts from its BC checkpoint .s19bc/bc_seed<s> (`embodied train experiment=mujoco_reach_rgb_vla_ppo seed=<s>
+# train.total_env_steps=0`: 500 demos, 2000 BC updates); a seed without one first runs that BC here, on the device.
+# One process per seed, all at once; each evaluates its BC weights first (500 episodes, train.eval_at_start) and
+# again after PPO, so before and after are the same protocol on the same machine.
 # Why many envs: nothing in the first frame predicts a sampled episode's outcome (RESULTS.md, session 17), so the
 # advantages need many episodes per update: 256 envs x 32 steps is ~220 episodes per update against ~27 at 32 envs.
-# On a device machine (carry .whl .gl .s19bc; python3 there holds CUDA torch but not mujoco, zarr or hydra):
-#   OUT=<dir> bash benchmarks/vla_pixels_gpu_job.sh
-# Knobs: PPO_S (seconds of PPO per seed), N (envs per seed), SEEDS, RENDER_THREADS, EXTRA (more overrides).
+# On a device machine (carry .whl .gl, and .s19bc if made before; python3 there holds CUDA torch but not mujoco, zarr
+# or hydra):
+#   OUT=<dir> bash benchmarks/vla_pixels_gpu_job.sh                       # BC where missing, then PPO_S s of PPO
+#   OUT=<dir2> RESUME=<dir> PPO_S=<more> bash benchmarks/vla_pixels_gpu_job.sh   # a second call: carry <dir> (the
+#       first call's $OUT); each seed's run goes on until PPO_S seconds of PPO in all (resume= with train.max_seconds)
+# Each call leaves in $OUT the runs (config and online/ checkpoints, no demos: a few MB), the BC checkpoints it made,
+# the logs, each seed's PPO metrics and summary.txt. Knobs: PPO_S (seconds of PPO per seed, in all), N (envs per
+# seed), SEEDS, RENDER_THREADS, EXTRA (more overrides of the PPO runs), BC_EXTRA (of the BC runs), PY, DEVICE.
 # train.eval_every=10000: no evaluation mid-run (500 pixel episodes each), the curve between is the training success.
 # Rendering bound the seeds' 440 env-steps/s here (session 19: 512 frames per env step, one after another); each
 # seed's envs now render in RENDER_THREADS threads (env.num_threads, sims/mujoco/render.py), 3 seeds x 4 of the 16
 # cores. On 2 CPU cores with Mesa, 2 threads drew the frames ~1.9x as fast as 1; with the GPU's EGL not yet measured.
 set -u
 OUT=${OUT:-/tmp/out}
-. scripts/device_env.sh || exit 1  # the wheels and the GL loaders
+PY=${PY:-python3}
+if [ "$PY" = python3 ]; then . scripts/device_env.sh || exit 1; fi  # the wheels and the GL loaders
 PPO_S=${PPO_S:-390}
 N=${N:-256}
+SEEDS=${SEEDS:-0 1 2}
+train() { OMP_NUM_THREADS=2 timeout "$1" "$PY" -m embodied.cli train "${@:2}"; }
 nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; git rev-parse HEAD 2>/dev/null
 mkdir -p /tmp/v "$OUT"
-for s in ${SEEDS:-0 1 2}; do
-    OMP_NUM_THREADS=2 timeout $((PPO_S + 150)) python3 -m embodied.cli train experiment=mujoco_reach_rgb_vla_ppo \
-        seed=$s device=${DEVICE:-cuda} init_from=.s19bc/bc_seed$s pipeline.demos.episodes=0 pipeline.bc.updates=0 \
-        train.num_envs=$N env.num_threads=${RENDER_THREADS:-4} train.total_env_steps=4_000_000 \
-        train.max_seconds=$PPO_S train.eval_at_start=true \
-        train.eval_every=10000 train.eval_episodes=500 pipeline.online.eval_episodes=500 train.progress=false \
-        hydra.run.dir=/tmp/v/run_seed$s ${EXTRA:-} \
-        > "$OUT/pixel_seed$s.log" 2>&1 &
+for s in $SEEDS; do  # BC where no checkpoint came along (3 seeds at once, ~24 min each on 2 CPU cores)
+    [ -n "${RESUME:-}" ] || [ -d .s19bc/bc_seed$s ] || train 1200 experiment=mujoco_reach_rgb_vla_ppo seed=$s \
+        device=${DEVICE:-cuda} train.total_env_steps=0 env.num_threads=${RENDER_THREADS:-4} train.progress=false \
+        hydra.run.dir=.s19bc/bc_seed$s ${BC_EXTRA:-} > "$OUT/bc_seed$s.log" 2>&1 &
 done
 wait
-for s in ${SEEDS:-0 1 2}; do
+for s in $SEEDS; do
+    if [ -n "${RESUME:-}" ]; then
+        cp -r "$RESUME/run_seed$s" /tmp/v/
+        train $((PPO_S + 300)) resume=/tmp/v/run_seed$s train.max_seconds=$PPO_S > "$OUT/pixel_seed$s.log" 2>&1 &
+    else
+        train $((PPO_S + 300)) experiment=mujoco_reach_rgb_vla_ppo seed=$s device=${DEVICE:-cuda} \
+            init_from=.s19bc/bc_seed$s pipeline.demos.episodes=0 pipeline.bc.updates=0 train.num_envs=$N \
+            env.num_threads=${RENDER_THREADS:-4} train.total_env_steps=4_000_000 train.max_seconds=$PPO_S \
+            train.eval_at_start=true train.eval_every=10000 train.eval_episodes=500 pipeline.online.eval_episodes=500 \
+            train.progress=false hydra.run.dir=/tmp/v/run_seed$s ${EXTRA:-} > "$OUT/pixel_seed$s.log" 2>&1 &
+    fi
+done
+wait
+for s in $SEEDS; do
+    mkdir -p "$OUT/run_seed$s" "$OUT/bc_seed$s"
+    cp -r /tmp/v/run_seed$s/config.yaml /tmp/v/run_seed$s/online "$OUT/run_seed$s/" 2>/dev/null
+    [ -n "${RESUME:-}" ] || cp -r .s19bc/bc_seed$s/config.yaml .s19bc/bc_seed$s/bc "$OUT/bc_seed$s/" 2>/dev/null
     cp /tmp/v/run_seed$s/online/metrics.jsonl "$OUT/pixel_seed${s}_ppo_metrics.jsonl" 2>/dev/null
     echo "seed $s: $(grep -h 'evaluation: success\|trained' "$OUT/pixel_seed$s.log" | tr '\n' ' ')"
 done | tee "$OUT/summary.txt"

@@ -4,6 +4,7 @@
     embodied train env=arm_reach [policy=mlp algo=ppo ...]      # no experiment: the components' own defaults
     embodied train env=my_pkg.envs:MyEnv                        # an env of your own (or an `embodied.envs` entry point)
     embodied train resume=<run dir>                             # continue an interrupted run
+    embodied train resume=<run dir> train.total_env_steps=N     # or go on past its budget (train.max_seconds too)
     embodied train experiment=arm_reach init_from=<run or checkpoint>   # a new run from trained policy weights
     embodied eval <run dir or checkpoint> [--episodes N]
     embodied deploy <run dir or checkpoint> robot=<name> [robot.key=value ...] [--dry-run] [--export DIR]
@@ -78,6 +79,7 @@ def _train_task(cfg) -> float | None:
         if config.get("resume") and config.get("init_from"):
             raise ConfigError(f"resume={config['resume']} continues that run (its weights, optimizer and counters) and "
                               f"init_from={config['init_from']} starts a new run from a checkpoint's weights: set one")
+        budget = resume_budget(config, list(hydra.overrides.task)) if config.get("resume") else None
         cluster = config.get("cluster") or {}
         if cluster.get("name") == "ray" and cluster.get("learner") == "actor":  # the runner in a Ray actor
             from embodied.config import build_config
@@ -85,9 +87,9 @@ def _train_task(cfg) -> float | None:
             from embodied.distributed.learner import RemoteLearner
 
             settings = build_config(ClusterConfig, {k: v for k, v in cluster.items() if k != "name"}, "cluster")
-            trainer = RemoteLearner(config, run_dir, settings)
+            trainer = RemoteLearner(config, run_dir, settings, budget)
         elif config.get("resume"):
-            trainer = runner_class(config["resume"]).resume(config["resume"])
+            trainer = runner_class(config["resume"]).resume(config["resume"], budget)
         else:
             trainer = runner_class(config)(config, run_dir)
         if config.get("resume"):
@@ -103,6 +105,28 @@ def _train_task(cfg) -> float | None:
             _discard(run_dir)
     _print_summary(summary)
     return summary.get("eval/success")
+
+
+def resume_budget(config: dict, overrides: list[str]) -> dict:
+    """The train.* settings (trainer.RESUMABLE) a `resume=` command line overrides, with their values; any other
+    override is an error: the resumed run keeps its own config, and silently ignoring the key would mislead."""
+    from embodied.config import ConfigError
+    from embodied.runner.trainer import RESUMABLE
+
+    budget, refused = {}, []
+    for override in overrides:
+        key = override.lstrip("+~").split("=", 1)[0]
+        if key == "resume" or key.startswith("hydra"):
+            continue
+        if key.startswith("train.") and key[len("train."):] in RESUMABLE:
+            budget[key[len("train."):]] = config["train"][key[len("train."):]]
+        else:
+            refused.append(override)
+    if refused:
+        raise ConfigError(f"resume={config['resume']} continues that run with its own config, so {refused} would not "
+                          f"apply: a resumed run takes only {', '.join('train.' + k for k in RESUMABLE)}; start a new "
+                          f"run from its weights with init_from={config['resume']} and the settings you want")
+    return budget
 
 
 def _discard(run_dir: Path) -> None:

@@ -1,6 +1,7 @@
 """The learner as a Ray actor (`cluster.learner=actor`): `embodied train` builds this in place of the runner.
 
-    learner = RemoteLearner(config, run_dir, cluster)   # the Trainer / Pipeline starts in an actor
+    learner = RemoteLearner(config, run_dir, cluster)   # the Trainer / Pipeline starts in an actor (or resumes:
+                                                         # config["resume"], with the command line's budget)
     summary = learner.learn()                            # runs there; Ray ends with it where this started Ray
 """
 
@@ -14,7 +15,7 @@ from embodied.distributed.workers import where
 
 
 class RemoteLearner:
-    def __init__(self, config: dict, run_dir: Path, cluster: ClusterConfig):
+    def __init__(self, config: dict, run_dir: Path, cluster: ClusterConfig, budget: dict | None = None):
         ray = self.ray = import_ray()
         # the learner's CPU and the workers' (colocated: env_workers; split: + rollout workers)
         workers = cluster.env_workers * cluster.env_cpus + (
@@ -23,7 +24,7 @@ class RemoteLearner:
         try:
             self.actor = ray.remote(LearnerWorker).options(
                 num_cpus=cluster.learner_cpus, num_gpus=cluster.learner_gpus).remote()
-            self.iteration, self.env_steps = ray.get(self.actor.build.remote(config, str(run_dir)))
+            self.iteration, self.env_steps = ray.get(self.actor.build.remote(config, str(run_dir), budget))
         except BaseException:
             self.close()
             raise
@@ -48,13 +49,13 @@ class LearnerWorker:
     """cluster.learner=actor: the run's runner (Trainer, Pipeline) in a Ray actor; its collection workers are
     actors it starts in turn."""
 
-    def build(self, config: dict, run_dir: str) -> tuple[int, int]:
+    def build(self, config: dict, run_dir: str, budget: dict | None = None) -> tuple[int, int]:
         """The runner, new or resumed; its (iteration, env_steps). A method, not __init__, so that a bad config's
         error reaches the caller as itself (ConfigError), not as a dead actor."""
         from embodied.runner.pipeline import runner_class
 
         resume = config.get("resume")
-        self.runner = runner_class(resume).resume(resume) if resume else runner_class(config)(config, run_dir)
+        self.runner = runner_class(resume).resume(resume, budget) if resume else runner_class(config)(config, run_dir)
         return self.runner.iteration, self.runner.env_steps
 
     def learn(self) -> dict:

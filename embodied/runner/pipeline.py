@@ -46,7 +46,7 @@ from embodied.runner.bc import BCConfig, bc_optimizer, bc_step, shift_images
 from embodied.runner.evaluate import eval_seed, evaluate
 from embodied.runner.logger import RunLogger, plot_curve, read_metrics, update_progress
 from embodied.runner.offpolicy import OffPolicyLoop, OnlineConfig
-from embodied.runner.trainer import TrainConfig, Trainer
+from embodied.runner.trainer import TrainConfig, Trainer, with_budget
 
 STAGES = ("bc", "offline", "online")
 
@@ -106,6 +106,7 @@ def _saved_config(run_dir: Path) -> dict:
 class Pipeline:
     def __init__(self, config: dict[str, Any], run_dir: Path):
         self.config, self.run_dir = config, Path(run_dir)
+        self.budget: dict | None = None  # resume's: a finished on-policy online stage goes on
         # no `pipeline` section (embodied train algo=sac): its defaults, the online stage alone
         self.cfg = build_config(PipelineConfig, config.get("pipeline") or {}, "pipeline")
         self.train_cfg = build_config(TrainConfig, config["train"], "train")
@@ -159,11 +160,27 @@ class Pipeline:
         self._sources: dict[tuple, Any] = {}  # the run's data by (paths, window horizon) (`open`)
 
     @classmethod
-    def resume(cls, run_dir: Path) -> Pipeline:
+    def resume(cls, run_dir: Path, budget: dict | None = None) -> Pipeline:
+        """Continue at the stage (and checkpoint) where the run stopped; `budget` (Trainer.resume's) goes on with its
+        on-policy online stage, finished or not, and is written into the run's config.yaml."""
         path = Path(run_dir) / "config.yaml"
         if not path.exists():
             raise FileNotFoundError(f"cannot resume: no pipeline config at {path}")
-        return cls(yaml.safe_load(path.read_text()), run_dir)
+        config = yaml.safe_load(path.read_text())
+        if budget and needs(config["algo"]["name"], "needs_replay"):
+            raise ConfigError(f"{run_dir} learns off-policy (algo={config['algo']['name']}), whose online stage "
+                              "resumes from its last evaluation: a resumed run keeps its budget there; start a new "
+                              f"run from its weights with init_from={run_dir}")
+        config = with_budget(config, budget)
+        # once a stage has a checkpoint the run's weights come from there, and init_from's run may be gone by now
+        started = any(checkpoint.usable(Path(run_dir) / stage / "checkpoints" / name) is not None
+                      for stage in STAGES for name in ("final", "latest"))
+        pipeline = cls({**config, "init_from": None} if started else config, run_dir)
+        pipeline.config = {**pipeline.config, "init_from": config.get("init_from")}  # still recorded
+        if budget:
+            path.write_text(yaml.safe_dump(pipeline.config, sort_keys=False))
+        pipeline.budget = budget
+        return pipeline
 
     @property
     def iteration(self) -> int:
@@ -189,7 +206,7 @@ class Pipeline:
         self.final_eval = None  # the on-policy stage's last evaluation, where it is the one below
         for index, stage in enumerate(STAGES):
             final = checkpoint.usable(self.run_dir / stage / "checkpoints" / "final")
-            if final is not None:
+            if final is not None and not (stage == "online" and self.budget):
                 self.policy.load_state_dict(checkpoint.load_model(final, self.device))
                 online_steps = checkpoint.load_trainer(final).get("env_steps", online_steps)
                 continue
@@ -357,11 +374,11 @@ class Pipeline:
     def run_online_on_policy(self) -> int:
         """On-policy fine-tuning (PPO) of the policy so far: the Trainer loop with its own checkpoints in online/."""
         stage_dir = self.run_dir / "online"
+        # the pipeline evaluates at the end; the inner loop only for a curve (train.eval_every)
+        episodes = self.cfg.online.eval_episodes if self.train_cfg.eval_every else 0
         if checkpoint.usable(stage_dir / "checkpoints" / "latest") is not None:
-            trainer = Trainer.resume(stage_dir)
+            trainer = Trainer.resume(stage_dir, self.budget)  # its saved config holds `episodes`
         else:
-            # the pipeline evaluates at the end; the inner loop only for a curve (train.eval_every)
-            episodes = self.cfg.online.eval_episodes if self.train_cfg.eval_every else 0
             # init_from: None, the stage starts from the pipeline's policy (which init_from started)
             trainer = Trainer({**self.config, "data": None, "init_from": None,
                                "train": {**self.config["train"], "eval_episodes": episodes}}, stage_dir)  # fmt: skip

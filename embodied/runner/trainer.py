@@ -62,6 +62,18 @@ class TrainConfig:
         check(not self.eval_at_start or self.eval_episodes, "train.eval_at_start needs train.eval_episodes > 0")
 
 
+# what a resumed run may change of its config: its budget (more env steps or seconds: a finished run goes on) and
+# whether it draws a progress bar; the rest is the run's own (`embodied train resume=<run> train.total_env_steps=N`)
+RESUMABLE = ("total_env_steps", "max_seconds", "progress")
+
+
+def with_budget(config: dict, budget: dict | None) -> dict:
+    """`config` with the train.* settings of `budget` (RESUMABLE keys) in place of its own."""
+    budget = budget or {}
+    check(set(budget) <= set(RESUMABLE), f"a resumed run can change train.{RESUMABLE}, not {sorted(budget)}")
+    return {**config, "train": {**config["train"], **budget}}
+
+
 def whole_budget(total: int, step: int, unit: str) -> int:
     """The env steps a loop that advances `step` at a time trains for a budget of `total` (at least `total`):
     a one-line notice when that is more."""
@@ -205,14 +217,16 @@ class Trainer:
         return path
 
     @classmethod
-    def resume(cls, run_dir: Path) -> Trainer:
+    def resume(cls, run_dir: Path, budget: dict | None = None) -> Trainer:
         """Rebuild a run from its saved config and continue from checkpoints/latest, or from the
-        previous checkpoint (latest.old, with a warning) when latest is missing or damaged."""
+        previous checkpoint (latest.old, with a warning) when latest is missing or damaged. `budget`: train.*
+        settings in place of the saved ones (RESUMABLE: total_env_steps, max_seconds, progress); the checkpoints
+        after keep them."""
         run_dir = Path(run_dir)
         ckpt = checkpoint.usable(run_dir / "checkpoints" / "latest")
         if ckpt is None:
             raise FileNotFoundError(f"cannot resume: no checkpoint at {run_dir / 'checkpoints' / 'latest'}")
-        config = checkpoint.load_config(ckpt)
+        config = with_budget(checkpoint.load_config(ckpt), budget)
         # the checkpoint's weights replace any init_from's: built without it, so that run may be gone by now
         trainer = cls({**config, "init_from": None}, run_dir)
         trainer.config = config
