@@ -1,7 +1,8 @@
 """Env-steps/s of the main job's training loop (collect, update, observe), collecting in turn against
-`train.collect_ahead=true`, at 512 and 1024 envs.
+`train.collect_ahead=true`, at 512 and 1024 envs; or of another experiment's, at its own envs.
 
     .venv/bin/python benchmarks/bench_collect_ahead.py --rounds 5 --iters 20
+    .venv/bin/python benchmarks/bench_collect_ahead.py --experiment mujoco_push --rounds 5 --iters 3
 
 Each arm builds the run as `embodied train experiment=quadrotor_hover` does (a Trainer from the composed config) and
 runs 5 untimed iterations; then the arms take turns, `--iters` timed iterations each per round, so the host's drift
@@ -46,18 +47,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20, help="timed iterations per arm and round")
+    parser.add_argument("--experiment", default="quadrotor_hover",
+                        help="another experiment runs two arms at its own train.num_envs (e.g. mujoco_push)")
     args = parser.parse_args()
+    arms = ARMS if args.experiment == "quadrotor_hover" else {
+        "in turn": ["train.collect_ahead=false"], "ahead": ["train.collect_ahead=true"]}
     trainers = {}
-    for name, extra in ARMS.items():
-        trainers[name] = Trainer(compose(["experiment=quadrotor_hover", *extra, "train.progress=false"]),
-                                 Path(tempfile.mkdtemp()))
+    for name, extra in arms.items():
+        over = [f"experiment={args.experiment}", *extra, "train.progress=false", "train.eval_episodes=0",
+                "train.eval_every=0"]
+        trainers[name] = Trainer(compose(over), Path(tempfile.mkdtemp()))
         trainers[name].collector.reset(seed=0)
         iterate(trainers[name], 5)
     rates: dict[str, list[float]] = {name: [] for name in trainers}
     for _ in range(args.rounds):
         for name, trainer in trainers.items():
             rates[name].append(iterate(trainer, args.iters))
-    base = statistics.median(rates["in turn, 512 envs"])
+    base = statistics.median(next(iter(rates.values())))
     print("| arm | env-steps/s, median (min-max) | ratio |\n|---|---|---|")
     for name, xs in rates.items():
         print(f"| {name} | {statistics.median(xs):,.0f} ({min(xs):,.0f}-{max(xs):,.0f}) | "

@@ -57,7 +57,7 @@ class VecEnv(gymnasium.vector.VectorEnv):
     metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
     reset_options: frozenset[str] = frozenset()  # the `options` keys `_reset` understands
     # a forked process can go on stepping it (train.collect_ahead): no native threads or GL context of its own, which a
-    # fork leaves behind (a MuJoCo env's stepping pool hangs the child); pure torch sims on the CPU set it
+    # fork leaves behind, or made anew in the child; pure torch sims on the CPU set it, MuJoCo envs without cameras
     fork_safe: bool = False
 
     num_envs: int

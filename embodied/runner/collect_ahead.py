@@ -16,7 +16,8 @@ random stream (action noise) is its own, seeded from the learner's stream when i
 and random state, so a resumed run goes on exactly. The actor's weights are shared memory (the learner writes them
 while the worker waits for its next command); so is the rollout buffer, shared once and copied out after each
 collection. CPU only, Linux (fork), on-policy env-step rollouts (PPO), an env with get_state snapshots that declares
-it survives a fork (`VecEnv.fork_safe`: the torch sims; a MuJoCo env's native stepping pool hung the forked worker);
+it survives a fork (`VecEnv.fork_safe`: the torch sims, and MuJoCo envs without cameras, whose stepping pool is made
+anew in the worker: the parent's hung it);
 each process runs one torch thread.
 """
 

@@ -218,6 +218,12 @@ class MujocoArmEnv(VecEnv):
         reward, terminated, truncated = (torch.from_numpy(x).to(dev) for x in (reward, success, truncated))
         return obs, reward, terminated, truncated, info
 
+    @property
+    def fork_safe(self) -> bool:
+        """train.collect_ahead may step it in a forked worker: the stepper's pool survives a fork (physics.py), a
+        camera's GL context does not."""
+        return self.renderer is None
+
     def get_state(self) -> dict[str, torch.Tensor]:
         state = {name: torch.from_numpy(getattr(self, name).copy()) for name in self._state_names}
         state["generator"] = self.generator.get_state()

@@ -15,12 +15,19 @@ an exact snapshot of the physics.
   between calls; the whole batch is one call that releases the GIL.
 - "threads": a `ThreadPoolExecutor` over contiguous chunks of rows, each worker
   calling `mj_setState` / `mj_step(nstep)` / `mj_getState`, which release the GIL.
+
+Both survive a fork (train.collect_ahead steps the envs in a forked worker): a fork
+copies no threads, so a pool made in another process is replaced by a new one at
+the first step in this one (the old pool was left to wait on threads that no longer
+exist, and the child hung); the old one is kept, never shut down, since joining
+threads that are not there would hang too.
 """
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Callable, Sequence
 
 import mujoco
 import numpy as np
@@ -33,6 +40,23 @@ def state_size(model: mujoco.MjModel) -> int:
     return mujoco.mj_stateSize(model, FULLPHYSICS)
 
 
+class ProcessPool:
+    """A thread pool of this process: `get()` makes a new one in a forked child (see the module's docstring)."""
+
+    def __init__(self, make: Callable):
+        self.make, self.pool, self.pid, self.orphans = make, make(), os.getpid(), []
+
+    def get(self):
+        if self.pid != os.getpid():
+            self.orphans.append(self.pool)  # the parent's: its threads are not here, so it is never joined
+            self.pool, self.pid = self.make(), os.getpid()
+        return self.pool
+
+    def close(self, shutdown: Callable) -> None:
+        if self.pid == os.getpid():
+            shutdown(self.pool)
+
+
 class RolloutStepper:
     """`mujoco.rollout` with a persistent thread pool."""
 
@@ -40,7 +64,7 @@ class RolloutStepper:
         from mujoco import rollout
 
         self.num_threads = num_threads
-        self.pool = rollout.Rollout(nthread=num_threads if num_threads > 1 else 0)
+        self.pool = ProcessPool(lambda: rollout.Rollout(nthread=num_threads if num_threads > 1 else 0))
         self.datas = [mujoco.MjData(model) for _ in range(max(1, num_threads))]
         self._buffers: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -61,7 +85,7 @@ class RolloutStepper:
         # chunks of about one per thread keep the pool's per-task overhead small (MuJoCo's
         # default of nbatch / (10 * nthread) is tuned for long rollouts, not for 10 steps)
         chunk = max(1, n // max(1, 2 * self.num_threads))
-        self.pool.rollout(
+        self.pool.get().rollout(
             list(models), self.datas, state, control, control_spec=CTRL, skip_checks=True, nstep=nstep,
             initial_warmstart=warmstart, state=states, sensordata=sensors, chunk_size=chunk,
         )
@@ -69,7 +93,7 @@ class RolloutStepper:
         return state, sensors[:, -1]
 
     def close(self) -> None:
-        self.pool.close()
+        self.pool.close(lambda pool: pool.close())
 
 
 class ThreadStepper:
@@ -77,7 +101,7 @@ class ThreadStepper:
 
     def __init__(self, model: mujoco.MjModel, num_threads: int):
         self.num_threads = max(1, num_threads)
-        self.pool = ThreadPoolExecutor(self.num_threads) if self.num_threads > 1 else None
+        self.pool = ProcessPool(lambda: ThreadPoolExecutor(self.num_threads)) if self.num_threads > 1 else None
         self.datas = [mujoco.MjData(model) for _ in range(self.num_threads)]
 
     def step(
@@ -100,12 +124,12 @@ class ThreadStepper:
         if self.pool is None:
             work(0)
         else:
-            list(self.pool.map(work, range(self.num_threads)))
+            list(self.pool.get().map(work, range(self.num_threads)))
         return state, sensors
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.shutdown()
+            self.pool.close(lambda pool: pool.shutdown())
 
 
 STEPPERS = {"rollout": RolloutStepper, "threads": ThreadStepper}

@@ -59,6 +59,33 @@ def test_rollout_and_thread_steppers_agree_bitwise():
     assert not np.array_equal(results[0][0], env.physics), "stepping changed nothing"
 
 
+def _step_and_send(stepper, env, ctrl, conn) -> None:
+    conn.send(stepper.step(env.models, env.physics.copy(), ctrl, 10)[0])
+
+
+@pytest.mark.parametrize("kind", ["rollout", "threads"])
+def test_a_stepper_steps_on_in_a_forked_process(kind):
+    """train.collect_ahead steps the envs in a forked worker. A fork copies no threads, so the parent's pool waited
+    there forever on workers that were not there; the child now makes a pool of its own, and steps as the parent."""
+    import multiprocessing
+
+    env = MujocoPushEnv(MujocoPushEnv.Config(), num_envs=6)
+    env.reset(seed=0)
+    ctrl = np.tile(np.r_[scene.HOME_QPOS, 0.0, 0.0], (6, 1)) + np.random.default_rng(1).normal(0, 0.1, (6, 9))
+    stepper = make_stepper(kind, env.model, 2)
+    stepper.step(env.models, env.physics.copy(), ctrl, 10)  # the pool is up and has worked in this process
+    context = multiprocessing.get_context("fork")
+    parent, child = context.Pipe()
+    process = context.Process(target=_step_and_send, args=(stepper, env, ctrl, child), daemon=True)
+    process.start()
+    try:
+        assert parent.poll(120), "the forked process did not step within 120 s (hung on the parent's pool)"
+        np.testing.assert_array_equal(parent.recv(), stepper.step(env.models, env.physics.copy(), ctrl, 10)[0])
+    finally:
+        process.kill()
+        stepper.close()
+
+
 @pytest.mark.parametrize("control, dim", [("ee_delta", 4), ("joint_delta", 8)])
 def test_shapes_and_control_modes(control, dim):
     env = MujocoReachEnv(MujocoReachEnv.Config(control=control), num_envs=3)
