@@ -118,8 +118,9 @@ def resume_budget(config: dict, overrides: list[str]) -> dict:
         key = override.lstrip("+~").split("=", 1)[0]
         if key == "resume" or key.startswith("hydra"):
             continue
-        if key.startswith("train.") and key[len("train."):] in RESUMABLE:
-            budget[key[len("train."):]] = config["train"][key[len("train."):]]
+        name = key.removeprefix("train.")
+        if key.startswith("train.") and name in RESUMABLE:
+            budget[name] = config["train"].get(name)  # ~train.max_seconds: none
         else:
             refused.append(override)
     if refused:

@@ -70,7 +70,8 @@ RESUMABLE = ("total_env_steps", "max_seconds", "progress")
 def with_budget(config: dict, budget: dict | None) -> dict:
     """`config` with the train.* settings of `budget` (RESUMABLE keys) in place of its own."""
     budget = budget or {}
-    check(set(budget) <= set(RESUMABLE), f"a resumed run can change train.{RESUMABLE}, not {sorted(budget)}")
+    check(set(budget) <= set(RESUMABLE), f"a resumed run can change only train.{', train.'.join(RESUMABLE)}, not "
+          f"{sorted(budget)}")
     return {**config, "train": {**config["train"], **budget}}
 
 
