@@ -6,8 +6,8 @@
 # again after PPO, so before and after are the same protocol on the same machine.
 # Why many envs: nothing in the first frame predicts a sampled episode's outcome (RESULTS.md, session 17), so the
 # advantages need many episodes per update: 256 envs x 32 steps is ~220 episodes per update against ~27 at 32 envs.
-# On a device machine (carry .whl .gl, and .s19bc if made before; python3 there holds CUDA torch but not mujoco, zarr
-# or hydra):
+# On a device machine (carry .whl .gl, made here by scripts/device_prepare.sh, and .s19bc if made before; python3
+# there holds CUDA torch but not mujoco, zarr or hydra):
 #   OUT=<dir> bash benchmarks/vla_pixels_gpu_job.sh                       # BC where missing, then PPO_S s of PPO
 #   OUT=<dir2> RESUME=<dir> PPO_S=<more> bash benchmarks/vla_pixels_gpu_job.sh   # a second call: carry <dir> (the
 #       first call's $OUT); each seed's run goes on until PPO_S seconds of PPO in all (resume= with train.max_seconds)

@@ -1,5 +1,6 @@
 # Source on a device machine (a bare image: CUDA torch in python3, no mujoco, zarr or hydra, no GL loaders), from the
-# repository root with .whl (Python 3.12 wheels) and .gl (libglvnd / EGL .debs) carried:  . scripts/device_env.sh
+# repository root with .whl (Python 3.12 wheels) and .gl (libglvnd / EGL .debs) carried, both made here by
+# scripts/device_prepare.sh:  . scripts/device_env.sh
 # Installs the wheels into /tmp/site when python3 lacks them, unpacks the GL loaders for MuJoCo's EGL rendering
 # (without them every MuJoCo env fails on import: PyOpenGL finds no EGL platform), exports what both need.
 if ! python3 -c "import mujoco, zarr, hydra" 2>/dev/null; then

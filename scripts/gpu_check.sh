@@ -14,7 +14,8 @@ if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
     exit 0
 fi
 
-# on a bare device machine (PY=python3, .whl and .gl carried): the wheels and the GL loaders MuJoCo's EGL needs
+# on a bare device machine (PY=python3, .whl and .gl carried: scripts/device_prepare.sh makes them here): the wheels
+# and the GL loaders MuJoCo's EGL needs
 if [ "$PY" = python3 ] && [ -d .whl ]; then . scripts/device_env.sh || exit 1; fi
 OUT=${GPU_CHECK_OUT:-benchmarks/gpu_results/$(date -u +%Y-%m-%d_%H-%M)}
 mkdir -p "$OUT"
