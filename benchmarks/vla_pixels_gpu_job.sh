@@ -9,10 +9,12 @@
 # On a device machine (carry .whl .gl, made here by scripts/device_prepare.sh, and .s19bc if made before; python3
 # there holds CUDA torch but not mujoco, zarr or hydra):
 #   OUT=<dir> bash benchmarks/vla_pixels_gpu_job.sh                       # BC where missing, then PPO_S s of PPO
-#   OUT=<dir2> RESUME=<dir> PPO_S=<more> bash benchmarks/vla_pixels_gpu_job.sh   # a second call: carry <dir> (the
-#       first call's $OUT); each seed's run goes on until PPO_S seconds of PPO in all (resume= with train.max_seconds)
-# Each call leaves in $OUT the runs (config and online/ checkpoints, no demos: a few MB), the BC checkpoints it made,
-# the logs, each seed's PPO metrics and summary.txt. Knobs: PPO_S (seconds of PPO per seed, in all), N (envs per
+#   OUT=<dir2> RESUME=<dir> PPO_S=<more> bash benchmarks/vla_pixels_gpu_job.sh   # a second call: carry <dir> (an
+#       ignored folder holding the first call's runs.tar); each seed's run goes on until PPO_S seconds of PPO in all
+#       (resume= with train.max_seconds)
+# Each call leaves 4 files in $OUT (the device returns at most 8, 16 MiB each, 2 folders down): runs.tar (each seed's
+# config and online/ latest checkpoint and metrics, ~3.5 MB a seed), bc.tar (the BC checkpoints it made, 1.1 MB a
+# seed), logs.tar.gz (the logs and each seed's PPO metrics) and summary.txt. Knobs: PPO_S (seconds of PPO per seed, in all), N (envs per
 # seed), SEEDS, RENDER_THREADS, EXTRA (more overrides of the PPO runs), BC_EXTRA (of the BC runs), PY, DEVICE.
 # train.eval_every=10000: no evaluation mid-run (500 pixel episodes each), the curve between is the training success.
 # Rendering bound the seeds' 440 env-steps/s here (session 19: 512 frames per env step, one after another); each
@@ -36,7 +38,7 @@ done
 wait
 for s in $SEEDS; do
     if [ -n "${RESUME:-}" ]; then
-        cp -r "$RESUME/run_seed$s" /tmp/v/
+        tar -xf "$RESUME/runs.tar" -C /tmp/v run_seed$s
         train $((PPO_S + 300)) resume=/tmp/v/run_seed$s train.max_seconds=$PPO_S > "$OUT/pixel_seed$s.log" 2>&1 &
     else
         train $((PPO_S + 300)) experiment=mujoco_reach_rgb_vla_ppo seed=$s device=${DEVICE:-cuda} \
@@ -48,9 +50,12 @@ for s in $SEEDS; do
 done
 wait
 for s in $SEEDS; do
-    mkdir -p "$OUT/run_seed$s" "$OUT/bc_seed$s"
-    cp -r /tmp/v/run_seed$s/config.yaml /tmp/v/run_seed$s/online "$OUT/run_seed$s/" 2>/dev/null
-    [ -n "${RESUME:-}" ] || cp -r .s19bc/bc_seed$s/config.yaml .s19bc/bc_seed$s/bc "$OUT/bc_seed$s/" 2>/dev/null
     cp /tmp/v/run_seed$s/online/metrics.jsonl "$OUT/pixel_seed${s}_ppo_metrics.jsonl" 2>/dev/null
     echo "seed $s: $(grep -h 'evaluation: success\|trained' "$OUT/pixel_seed$s.log" | tr '\n' ' ')"
 done | tee "$OUT/summary.txt"
+tar -cf "$OUT/runs.tar" -C /tmp/v $(for s in $SEEDS; do echo run_seed$s/config.yaml run_seed$s/online/metrics.jsonl \
+    run_seed$s/online/checkpoints/latest; done)
+[ -n "${RESUME:-}" ] || tar -cf "$OUT/bc.tar" $(for s in $SEEDS; do echo .s19bc/bc_seed$s/config.yaml \
+    .s19bc/bc_seed$s/bc/checkpoints/final; done)
+(cd "$OUT" && tar -czf logs.tar.gz ./*.log ./*_ppo_metrics.jsonl && rm -f ./*.log ./*_ppo_metrics.jsonl)
+ls -la "$OUT"
