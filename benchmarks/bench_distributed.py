@@ -226,8 +226,8 @@ def transfers(rounds: int) -> None:
     trainer.collector.reset(seed=0)
     batch = trainer.collector.collect()
     holder = ray.remote(Holder).remote(batch)
-    arrays = to_wire(weights(trainer.policy))
-    block, out = SharedBlock.make(size(arrays)), SharedBlock.make(size(pack(batch)["leaves"]))
+    arrays, leaves = to_wire(weights(trainer.policy)), pack(batch)["leaves"]
+    block, out = SharedBlock.make(size(arrays)), SharedBlock.make(size(leaves))
     rng = torch.get_rng_state()
     legs = {"weights: ray.put": lambda: ray.put(arrays), "weights: into shared memory": lambda: send(block.ref, arrays),
             "call, random state as a tensor": lambda: ray.get(holder.nothing.remote(rng)),
@@ -243,7 +243,7 @@ def transfers(rounds: int) -> None:
                 leg()
                 times[name].append(time.perf_counter() - t)
     block.close(), out.close()
-    print(f"\n| leg (quadrotor_hover batch, {sum(v.nbytes for v in pack(batch)['leaves'].values()) / 1e6:.1f} MB) | "
+    print(f"\n| leg (quadrotor_hover batch, {sum(v.nbytes for v in leaves.values()) / 1e6:.1f} MB) | "
           f"ms, median (min-max of round medians) |\n|---|---|")
     for name, values in times.items():
         per_round = [statistics.median(values[r * 50:(r + 1) * 50]) * 1e3 for r in range(rounds)]
