@@ -14,12 +14,16 @@
 #       (resume= with train.max_seconds)
 # Each call leaves 4 files in $OUT (the device returns at most 8, 16 MiB each, 2 folders down): runs.tar (each seed's
 # config and online/ latest checkpoint and metrics, ~3.5 MB a seed), bc.tar (the BC checkpoints it made, 1.1 MB a
-# seed), logs.tar.gz (the logs and each seed's PPO metrics) and summary.txt. Knobs: PPO_S (seconds of PPO per seed, in all), N (envs per
-# seed), SEEDS, RENDER_THREADS, EXTRA (more overrides of the PPO runs), BC_EXTRA (of the BC runs), PY, DEVICE.
+# seed), logs.tar.gz (the logs and each seed's PPO metrics) and summary.txt (each seed's evaluations and the median
+# seconds an iteration spent collecting and updating). Knobs: PPO_S (seconds of PPO per seed, in all), N (envs per
+# seed), SEEDS, THREADS (env.num_threads: physics threads), LIMIT (seconds the whole job may take: every run is
+# stopped in time for the outputs to be written, inside the device call's 600 s), EXTRA (more overrides of the PPO
+# runs), BC_EXTRA (of the BC runs), PY, DEVICE.
 # train.eval_every=10000: no evaluation mid-run (500 pixel episodes each), the curve between is the training success.
-# Rendering bound the seeds' 440 env-steps/s here (session 19: 512 frames per env step, one after another); each
-# seed's envs now render in RENDER_THREADS threads (env.num_threads, sims/mujoco/render.py), 3 seeds x 4 of the 16
-# cores. On 2 CPU cores with Mesa, 2 threads drew the frames ~1.9x as fast as 1; with the GPU's EGL not yet measured.
+# Speed: session 19 ran each seed at ~440 env-steps/s with one renderer. On 2026-11-27 the cameras drawn in 4 threads
+# a seed ran ~190 (the run outlasted its call); through NVIDIA's EGL two render threads draw 2.0-3.5x slower than one
+# (benchmarks/gpu_results/2026-11-27_16-00_H200_vla_pixels_render_threads/), so on a GPU the MuJoCo envs now draw
+# with one renderer whatever env.num_threads says (sims/mujoco/render.py), and THREADS only sets the physics threads.
 set -u
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
@@ -27,12 +31,17 @@ if [ "$PY" = python3 ]; then . scripts/device_env.sh || exit 1; fi  # the wheels
 PPO_S=${PPO_S:-390}
 N=${N:-256}
 SEEDS=${SEEDS:-0 1 2}
-train() { OMP_NUM_THREADS=2 timeout "$1" "$PY" -m embodied.cli train "${@:2}"; }
+LIMIT=${LIMIT:-570}
+# train SECONDS ARGS...: at most SECONDS, and never past LIMIT - 25 s of the job (the outputs are written after)
+train() {
+    local left=$((LIMIT - 25 - SECONDS))
+    OMP_NUM_THREADS=2 timeout "$(( $1 < left ? $1 : left ))" "$PY" -m embodied.cli train "${@:2}"
+}
 nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; git rev-parse HEAD 2>/dev/null
 mkdir -p /tmp/v "$OUT"
 for s in $SEEDS; do  # BC where no checkpoint came along (3 seeds at once, ~24 min each on 2 CPU cores)
     [ -n "${RESUME:-}" ] || [ -d .s19bc/bc_seed$s ] || train 1200 experiment=mujoco_reach_rgb_vla_ppo seed=$s \
-        device=${DEVICE:-cuda} train.total_env_steps=0 env.num_threads=${RENDER_THREADS:-4} train.progress=false \
+        device=${DEVICE:-cuda} train.total_env_steps=0 env.num_threads=${THREADS:-4} train.progress=false \
         hydra.run.dir=.s19bc/bc_seed$s ${BC_EXTRA:-} > "$OUT/bc_seed$s.log" 2>&1 &
 done
 wait
@@ -43,7 +52,7 @@ for s in $SEEDS; do
     else
         train $((PPO_S + 300)) experiment=mujoco_reach_rgb_vla_ppo seed=$s device=${DEVICE:-cuda} \
             init_from=.s19bc/bc_seed$s pipeline.demos.episodes=0 pipeline.bc.updates=0 train.num_envs=$N \
-            env.num_threads=${RENDER_THREADS:-4} train.total_env_steps=4_000_000 train.max_seconds=$PPO_S \
+            env.num_threads=${THREADS:-4} train.total_env_steps=4_000_000 train.max_seconds=$PPO_S \
             train.eval_at_start=true train.eval_every=10000 train.eval_episodes=500 pipeline.online.eval_episodes=500 \
             train.progress=false hydra.run.dir=/tmp/v/run_seed$s ${EXTRA:-} > "$OUT/pixel_seed$s.log" 2>&1 &
     fi
@@ -52,10 +61,16 @@ wait
 for s in $SEEDS; do
     cp /tmp/v/run_seed$s/online/metrics.jsonl "$OUT/pixel_seed${s}_ppo_metrics.jsonl" 2>/dev/null
     echo "seed $s: $(grep -h 'evaluation: success\|trained' "$OUT/pixel_seed$s.log" | tr '\n' ' ')"
+    grep -q "^trained" "$OUT/pixel_seed$s.log" || echo "  not finished: stopped at LIMIT=$LIMIT s, or failed (its log)"
+    "$PY" -c "import json, statistics as st, sys; rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in rows if 'time/collect' in r]
+print(f'  {len(rows)} iterations, median s collecting / updating:',
+      *(round(st.median(r[k] for r in rows), 2) for k in ('time/collect', 'time/update')))" \
+        "$OUT/pixel_seed${s}_ppo_metrics.jsonl" 2>/dev/null
 done | tee "$OUT/summary.txt"
 tar -cf "$OUT/runs.tar" -C /tmp/v $(for s in $SEEDS; do echo run_seed$s/config.yaml run_seed$s/online/metrics.jsonl \
     run_seed$s/online/checkpoints/latest; done)
 [ -n "${RESUME:-}" ] || tar -cf "$OUT/bc.tar" $(for s in $SEEDS; do echo .s19bc/bc_seed$s/config.yaml \
     .s19bc/bc_seed$s/bc/checkpoints/final; done)
-(cd "$OUT" && tar -czf logs.tar.gz ./*.log ./*_ppo_metrics.jsonl && rm -f ./*.log ./*_ppo_metrics.jsonl)
+(cd "$OUT" && logs=$(ls ./*.log ./*_ppo_metrics.jsonl 2>/dev/null) && tar -czf logs.tar.gz $logs && rm -f $logs)
 ls -la "$OUT"

@@ -151,14 +151,18 @@ class Trainer:
             while self.env_steps < total and (cfg.max_seconds is None or self.train_time < cfg.max_seconds):
                 start = time.perf_counter()
                 batch = self.collector.collect()
+                collected = time.perf_counter()
                 metrics = self.algo.update(batch)
                 self.policy.observe(batch["obs"])
-                self.train_time += time.perf_counter() - start
+                end = time.perf_counter()
+                self.train_time += end - start
                 self.iteration += 1
                 steps = self.collector.count(batch)
                 self.env_steps += steps
                 record = {"iteration": self.iteration, "env_steps": self.env_steps, "time": round(self.train_time, 4)}
-                record["fps"] = steps / (time.perf_counter() - start)
+                # where the iteration's seconds went: collecting (or waiting for a batch collected ahead), updating
+                record.update({"fps": steps / (end - start), "time/collect": round(collected - start, 4),
+                               "time/update": round(end - collected, 4)})
                 record.update({f"train/{k}": v for k, v in self.collector.pop_episode_stats().items()})
                 record.update({f"algo/{k}": v for k, v in metrics.items()})
                 if cfg.eval_every and self.iteration % cfg.eval_every == 0:

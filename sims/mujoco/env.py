@@ -87,8 +87,9 @@ class MujocoArmConfig:
     light_range: tuple[float, float] = (1.0, 1.0)  # light intensity scale, drawn per episode
     camera_jitter: float = 0.0  # m, camera positions shifted uniformly in +-jitter per episode
     stepper: Literal["rollout", "threads"] = "rollout"  # mujoco.rollout's pool is faster (benchmarks/RESULTS.md)
-    # native threads stepping the envs, and threads rendering their cameras (a GL context each; 256 envs, two 48x48
-    # cameras, 2 CPU cores: 2 threads drew the frames 1.97x as fast as 1, benchmarks/RESULTS.md "Rendering in threads")
+    # native threads stepping the envs, and threads rendering their cameras where GL draws in software (a GL context
+    # each; 256 envs, two 48x48 cameras, 2 CPU cores: 2 threads drew the frames 1.97x as fast as 1); on a GPU's driver
+    # one renderer draws (an H200 through EGL: 2 threads 0.29x), benchmarks/RESULTS.md "Rendering in threads"
     num_threads: int = 2
     max_instruction_bytes: int = 64  # width of the `language` byte tensor
     goal_in_state: bool = True  # false: the goal rows move from `state` to `privileged` (pixel policies)

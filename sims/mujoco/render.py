@@ -1,4 +1,4 @@
-"""Offscreen camera images of every env, rendered on the CPU (EGL / Mesa).
+"""Offscreen camera images of every env, through EGL or OSMesa (Mesa's llvmpipe on the CPU, or a GPU's driver).
 
     cams = CameraRenderer(model, ("front",), size=64, depth=True, threads=2)
     rgb, depth = cams.render(state, target, camera_shift, light_scale)
@@ -8,7 +8,10 @@ A renderer (one GL context, a scratch `MjData`, a model copy) draws its envs one
 after the other: each env's physics state is loaded, its kinematics computed and the
 scene drawn. With `threads` > 1 the envs are split into that many contiguous groups,
 each drawn by a renderer of its own in a thread of its own, so the frames are those
-one renderer draws, bit for bit. Each renderer is built, used and freed in its thread
+one renderer draws, bit for bit. That is for GL drawn in software (Mesa's llvmpipe, where
+the threads are cores drawing); on a GPU's driver the renderer stays one, in one thread:
+there two threads drew 2.0-3.5x slower than one (NVIDIA H200 through EGL,
+benchmarks/RESULTS.md "Rendering in threads"). Each renderer is built, used and freed in its thread
 only: a GL context is current in one thread, and a renderer freed from another thread
 fails with EGL_BAD_ACCESS (after which another renderer of the process drew wrong
 images, measured). The model's `vis.quality` has offsamples=0 and shadowsize=0 (see
@@ -43,14 +46,25 @@ def _check_gl_backend() -> None:
         )
 
 
+SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swrast", "swr")  # Mesa's CPU rasterizers and OpenSWR
+
+
+def software_gl(renderer: str) -> bool:
+    """Whether a GL_RENDERER string names a rasterizer that runs on the CPU."""
+    return any(name in renderer.lower() for name in SOFTWARE_RENDERERS)
+
+
 class _Frames:
     """One GL context with its model copy (camera and light jitter is written into it per env) and scratch MjData."""
 
     def __init__(self, model: mujoco.MjModel, cameras: tuple[str, ...], size: int, depth: bool):
+        from OpenGL import GL  # mujoco's EGL / OSMesa context goes through PyOpenGL too
+
         self.model = copy.copy(model)
         self.cameras, self.depth = cameras, depth
         self.data = mujoco.MjData(self.model)
-        self.renderer = mujoco.Renderer(self.model, size, size)
+        self.renderer = mujoco.Renderer(self.model, size, size)  # its context is now current in this thread
+        self.gl_renderer = GL.glGetString(GL.GL_RENDERER).decode()  # "llvmpipe (LLVM ...)", "NVIDIA H200/PCIe/SSE2"
         self.camera_ids = [self.model.camera(name).id for name in cameras]
         self.target_mocap = self.model.body("target").mocapid[0]
         self._cam_pos = self.model.cam_pos.copy()
@@ -83,10 +97,15 @@ class CameraRenderer:
                  threads: int = 1):
         _check_gl_backend()
         self.cameras, self.size, self.depth = cameras, size, depth
-        # threads > 1: a thread per renderer for the renderer's life (see the module docstring)
+        # threads > 1: a thread per renderer for the renderer's life, where GL draws in software (module docstring)
         self.threads = [ThreadPoolExecutor(1) for _ in range(threads)] if threads > 1 else []
         build = lambda: _Frames(model, cameras, size, depth)  # noqa: E731
-        self.frames = [t.submit(build).result() for t in self.threads] or [build()]
+        first = self.threads[0].submit(build).result() if self.threads else build()
+        if not software_gl(first.gl_renderer):  # a GPU: one context draws fastest
+            for t in self.threads[1:]:
+                t.shutdown()
+            self.threads = self.threads[:1]
+        self.frames = [first] + [t.submit(build).result() for t in self.threads[1:]]
         # also when this renderer is dropped unclosed: garbage collection runs in whichever thread drops it
         self._free = weakref.finalize(self, _free, self.threads, self.frames)
         self._free.atexit = False  # the threads have ended by then (concurrent.futures joins them first)

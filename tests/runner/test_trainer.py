@@ -32,6 +32,11 @@ def test_run_directory_holds_config_metrics_checkpoints_and_curve(tmp_path):
     assert any(p.name.startswith("events.out.tfevents") for p in (tmp_path / "tensorboard").iterdir())
     rows = records(tmp_path)
     assert [r["iteration"] for r in rows[:-1]] == [1, 2, 3, 4] and "eval/success" in rows[-1]
+    # each iteration's seconds, split into collecting and updating: they add up to its share of the training time
+    times = [0.0] + [r["time"] for r in rows[:-1]]
+    for before, row in zip(times, rows[:-1]):
+        assert row["time/collect"] > 0 and row["time/update"] > 0
+        assert row["time/collect"] + row["time/update"] == pytest.approx(row["time"] - before, abs=1e-3)
     assert checkpoint.load_config(tmp_path / "checkpoints" / "final")["env"]["name"] == "arm_reach"
 
 

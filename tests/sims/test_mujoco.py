@@ -239,6 +239,37 @@ def test_render_threads_draw_the_frames_one_renderer_draws(monkeypatch):
     assert all(t._shutdown for t in threaded.threads)
 
 
+def test_render_threads_only_where_gl_draws_in_software():
+    """Threads draw where GL is a CPU rasterizer (this host's llvmpipe); a GPU's driver keeps one renderer, as two
+    threads drew 2.0-3.5x slower there (an H200 through EGL). The GPU side: test_one_renderer_on_a_gpu."""
+    from sims.mujoco import render
+
+    assert render.software_gl("llvmpipe (LLVM 15.0.6, 256 bits)") and render.software_gl("softpipe")
+    assert not render.software_gl("NVIDIA H200/PCIe/SSE2") and not render.software_gl("AMD Radeon RX 7900 XTX")
+    env = MujocoReachEnv(MujocoReachEnv.Config(cameras=("front",), image_size=24, num_threads=2), num_envs=4)
+    frames = env.renderer.frames
+    assert all(render.software_gl(f.gl_renderer) for f in frames), [f.gl_renderer for f in frames]
+    assert len(frames) == 2 and len(env.renderer.threads) == 2
+    env.close()
+
+
+@pytest.mark.gpu
+def test_one_renderer_on_a_gpu():
+    """On a machine whose EGL is a GPU's (scripts/gpu_check.sh), num_threads=3 still draws with one renderer, in
+    one thread, and the frames are those of num_threads=1."""
+    from sims.mujoco import render
+
+    envs = [MujocoReachEnv(MujocoReachEnv.Config(cameras=("front",), image_size=24, num_threads=k), num_envs=4)
+            for k in (1, 3)]
+    if render.software_gl(envs[0].renderer.frames[0].gl_renderer):
+        pytest.skip(f"GL draws in software here: {envs[0].renderer.frames[0].gl_renderer}")
+    one, three = (env.reset(seed=0)[0]["images"]["front"] for env in envs)
+    assert len(envs[1].renderer.frames) == 1 and len(envs[1].renderer.threads) == 1
+    assert torch.equal(one, three)
+    for env in envs:
+        env.close()
+
+
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 def test_a_threaded_renderer_dropped_unclosed_is_freed_in_its_threads():
     """Garbage collection frees a renderer in whichever thread drops it; freed outside its own thread it failed with
