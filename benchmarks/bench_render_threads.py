@@ -7,7 +7,8 @@ render: `CameraRenderer.render` of the front and side cameras, in a fresh proces
 LP_NUM_THREADS once per process): 1 and 2 render threads, with llvmpipe's helper threads (LP_NUM_THREADS = the
 cores, Mesa's default, as before) and without (LP_NUM_THREADS=0, sims.mujoco's default now), at 48 px (256 envs,
 the pixel tasks' size), 128 px (32 envs) and 256 px (8 envs); milliseconds per call, median of 5 calls after 2
-warm-ups.
+warm-ups. The arms draw in the threads they name on any GL, a GPU's driver too (where `env.num_threads` keeps one
+renderer, as this measured: RESULTS.md "Rendering in threads").
 train: env-steps/s of PPO iterations (collection + update) built as `embodied train` builds them, for the image MLP
 (`experiment=mujoco_reach_rgb`, 32 envs) and the pixel VLA (`experiment=mujoco_reach_rgb_vla_ppo`, 256 envs as its
 GPU job runs, 8 steps per collection to keep the job short), the code of `--before` (a git worktree of the commit
@@ -25,13 +26,14 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
-PYTHON = HERE / ".venv" / "bin" / "python"
 
 RENDER = """
 import sys, time, statistics
 sys.path.insert(0, {tree!r})
 from sims.mujoco import MujocoReachEnv
+from sims.mujoco import render
 from sims.mujoco.render import CameraRenderer
+render.software_gl = lambda name: True  # the threads the arm names, on a GPU too (where one renderer is the rule)
 env = MujocoReachEnv(MujocoReachEnv.Config(image_size={size}, goal_in_state=False, num_threads=1), num_envs={envs})
 env.reset(seed=0)
 cams = CameraRenderer(env.model, ("front", "side"), {size}, threads={threads})
@@ -71,7 +73,7 @@ TASKS = {
 
 
 def run(code: str, env: dict[str, str]) -> float:
-    out = subprocess.run([str(PYTHON), "-c", code], env=env, capture_output=True, text=True, check=False)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
     return float(out.stdout.strip().splitlines()[-1])
