@@ -46,7 +46,7 @@ def _check_gl_backend() -> None:
         )
 
 
-SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swrast", "swr")  # Mesa's CPU rasterizers and OpenSWR
+SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swr")  # Mesa's CPU rasterizers; "swr": swrast and OpenSWR
 
 
 def software_gl(renderer: str) -> bool:
