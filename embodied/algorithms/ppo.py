@@ -57,6 +57,10 @@ class PPOConfig:
     # first updates that train the critic alone (the actor untouched), so a critic fitted to demonstrations meets
     # the fine-tuned policy's own returns before its advantages move the actor (DPPO's n_critic_warmup_itr)
     critic_warmup: int = 0
+    # weight of the policy's auxiliary loss on each minibatch's observations (`policy.aux_loss(obs)`; the VLA's: its
+    # cameras' features regressing the privileged goal, policy.privileged_aux's term in BC), so the vision tower goes
+    # on learning from every rollout frame (asymmetric actor-critic's privileged supervision, Pinto et al. 2017). 0 = off
+    aux_coef: float = 0.0
     # data collected with older weights (cluster.max_staleness > 0): the behaviour/proximal weight's cap, the
     # truncated importance ratio of Yao et al. 2025 ("Your Efficient RL Framework Secretly Brings You Off-Policy
     # RL Training", cap 2); see `_decouple`
@@ -83,6 +87,7 @@ class PPOConfig:
         check(self.dual_clip is None or self.dual_clip > 1, f"algo.dual_clip={self.dual_clip} must be > 1 or null")
         check(self.desired_kl is None or self.desired_kl > 0, "algo.desired_kl must be > 0 or null")
         check(self.critic_lr is None or self.critic_lr > 0, "algo.critic_lr must be > 0 or null")
+        check(self.aux_coef >= 0, f"algo.aux_coef={self.aux_coef} must be >= 0")
         check(self.critic_warmup >= 0, f"algo.critic_warmup={self.critic_warmup} must be >= 0")
         check(self.behaviour_cap >= 1, f"algo.behaviour_cap={self.behaviour_cap} must be >= 1")
         check(self.precision in ("fp32", "bf16"), f"algo.precision={self.precision!r}; valid choices: fp32, bf16")
@@ -153,6 +158,10 @@ class PPO:
             raise ConfigError(f"algo.critic_lr / algo.critic_warmup need a policy with a separate critic module; "
                               f"{type(policy).__name__} has none (e.g. policy.critic=mlp for the VLA, policy.value_head=true "
                               "for a language model)")
+        if config.aux_coef and not getattr(policy, "has_aux_loss", False):
+            raise ConfigError(f"algo.aux_coef={config.aux_coef} weighs the policy's auxiliary loss; {type(policy).__name__} "
+                              "has none here (the VLA's is policy.privileged_aux > 0 on an env with a 'privileged' "
+                              "observation)")
         # a policy without a declared critic_head (diffusion, flow, VLA) has a scalar critic trained by squared error
         self.critic_head = getattr(policy, "critic_head", SCALAR_CRITIC)
         if self.critic_head.bins and config.value_clip is not None:
@@ -274,11 +283,15 @@ class PPO:
         mask = mb.get(keys.MASK, None)
         if mask is not None and log_prob.dim() > mask.dim():  # one decision scored as several steps [B, S]
             mask = mask.unsqueeze(-1)
-        return ppo_loss(
+        loss, metrics = ppo_loss(
             log_prob, mb[keys.LOG_PROB], mb[keys.ADVANTAGE], value, mb[keys.VALUE], mb[keys.RETURN], entropy,
             mask, clip=cfg.clip, dual_clip=cfg.dual_clip, value_clip=cfg.value_clip,
             value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, agg="token-mean", critic_head=self.critic_head,
         )
+        if cfg.aux_coef and not warmup:  # the critic's warm-up leaves the actor's weights alone, the vision tower too
+            aux = self.policy.aux_loss(mb[keys.OBS]).float()
+            loss, metrics = loss + cfg.aux_coef * aux, {**metrics, "aux_loss": aux.detach()}
+        return loss, metrics
 
     def _adapt_lr(self, kl: torch.Tensor) -> None:
         """rsl_rl's adaptive schedule: shrink lr 1.5x above 2x the target KL, grow below half of it. rsl_rl grows only

@@ -497,6 +497,15 @@ class VLAPolicy(Policy):
             loss = loss + self.config.privileged_aux * self.privileged_loss(obs, features)
         return loss
 
+    @property
+    def has_aux_loss(self) -> bool:
+        """aux_loss exists: policy.privileged_aux > 0 (PPO's algo.aux_coef weighs it)."""
+        return self.aux_head is not None
+
+    def aux_loss(self, obs: TensorDict) -> torch.Tensor:
+        """PPO's auxiliary term (algo.aux_coef): privileged_loss on the rollout's frames."""
+        return self.privileged_loss(obs)
+
     def privileged_loss(self, obs: TensorDict, features: list[torch.Tensor] | None = None) -> torch.Tensor:
         """privileged_aux's term: mean squared error of the aux head on the cameras' features (each camera's tokens
         averaged) against the standardized obs["privileged"]."""

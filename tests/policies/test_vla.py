@@ -199,6 +199,32 @@ def test_privileged_aux_adds_the_camera_features_regression_of_privileged(vision
         VLAPolicy(VLAConfig(privileged_aux=1.0), {"state": Spec((3,)), "privileged": Spec((2,))}, action)
 
 
+def test_ppo_aux_coef_trains_the_vision_tower_on_the_rollout_frames():
+    """algo.aux_coef: each PPO minibatch adds w x policy.aux_loss (the VLA's privileged regression from its cameras)
+    on the rollout's frames, so the aux head (and through it the vision tower) learns during RL; 0 leaves the aux head alone; a
+    policy without an auxiliary loss is a clear error."""
+    reach = pytest.importorskip("sims.mujoco").MujocoReachEnv
+    env = reach(reach.Config(cameras=("front", "side"), image_size=32, goal_in_state=False), 4)
+    make = dict(vision="keypoints", privileged_aux=1.0, critic="mlp", asymmetric_critic=True)
+    policy = policy_for(env, **make)
+    collector = Collector(env, policy, steps=4)
+    collector.reset(seed=0)
+    batch = collector.collect()
+    flat = batch[keys.OBS].reshape(-1)
+    for coef in (0.0, 1.0):
+        policy = policy_for(env, **make)
+        before = policy.privileged_loss(flat).detach()
+        aux_head = [p.detach().clone() for p in policy.aux_head.parameters()]
+        metrics = PPO(PPO.Config(lr=1e-3, epochs=1, minibatches=1, desired_kl=None, aux_coef=coef), policy).update(batch)
+        moved = any(not torch.equal(a, b) for a, b in zip(aux_head, policy.aux_head.parameters()))
+        assert moved == bool(coef) and ("aux_loss" in metrics) == bool(coef)
+        if coef:
+            assert metrics["aux_loss"] == pytest.approx(float(before), rel=1e-4)  # one minibatch: the whole rollout
+            assert float(policy.privileged_loss(flat).detach()) < float(before)
+    with pytest.raises(ConfigError, match="algo.aux_coef=1.0 weighs the policy's auxiliary loss; VLAPolicy has none"):
+        PPO(PPO.Config(aux_coef=1.0), policy_for(env, vision="keypoints"))
+
+
 def test_freeze_vision_keeps_the_tower_and_trains_the_rest():
     spec = {"state": Spec((3,)), "images/front": Spec((32, 32, 3), torch.uint8, 0, 255)}
     obs = TensorDict({"state": torch.randn(4, 3), "images/front": torch.randint(0, 256, (4, 32, 32, 3),
