@@ -22,6 +22,7 @@ scene.py): on Mesa's software renderer that is ~10x the frame rate of the defaul
 from __future__ import annotations
 
 import copy
+import math
 import os
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,9 @@ import numpy as np
 from sims.mujoco.physics import FULLPHYSICS
 
 MAX_DEPTH = 3.0  # m: depth is clipped here; beyond the scene MuJoCo reports its far plane (~100 m)
+# px, the side of a renderer's offscreen buffer at most (its tiles: 42 x 42 frames of 48 px): OpenGL 3 guarantees
+# renderbuffers of 1024 px at least (GL_MAX_RENDERBUFFER_SIZE); llvmpipe and NVIDIA's drivers allow 16384 and more
+MAX_BUFFER = 2048
 
 
 def _check_gl_backend() -> None:
@@ -55,51 +59,122 @@ def software_gl(renderer: str) -> bool:
 
 
 class _Frames:
-    """One GL context with its model copy (camera and light jitter is written into it per env) and scratch MjData."""
+    """One GL context with its model copy (camera and light jitter is written into it per env) and scratch MjData.
+    Its frames are tiles of one offscreen buffer: each env's cameras are drawn into viewports side by side, and the
+    buffer is read back once per `draw` (or whenever it is full) instead of once a frame. A read is a GPU -> host
+    synchronisation: on an NVIDIA H200, with three training processes, one `mjr_readPixels` a frame was ~80% of
+    collecting a rollout (benchmarks/RESULTS.md, "Tiled frames"). A tile's pixels are those of a buffer of its own
+    (the viewport and the projection are the same; the model has no multisampling, scene.py); the test checks them
+    against mujoco.Renderer's."""
 
-    def __init__(self, model: mujoco.MjModel, cameras: tuple[str, ...], size: int, depth: bool):
+    def __init__(self, model: mujoco.MjModel, cameras: tuple[str, ...], size: int, depth: bool, envs: int):
+        from mujoco.rendering.classic import gl_context
         from OpenGL import GL  # mujoco's EGL / OSMesa context goes through PyOpenGL too
 
         self.model = copy.copy(model)
-        self.cameras, self.depth = cameras, depth
-        self.data = mujoco.MjData(self.model)
-        self.renderer = mujoco.Renderer(self.model, size, size)  # its context is now current in this thread
+        self.cameras, self.size, self.depth = cameras, size, depth
+        tiles = envs * len(cameras) * (2 if depth else 1)  # depth is a pass of its own (below)
+        self.grid = max(1, min(math.ceil(math.sqrt(tiles)), MAX_BUFFER // size))  # tiles per side of the buffer
+        side = self.grid * size
+        vis = self.model.vis.global_
+        vis.offwidth, vis.offheight = max(vis.offwidth, side), max(vis.offheight, side)
+
+        class Context(gl_context.GLContext):  # freed by close(), in its own thread, never by garbage collection
+            def __del__(self):
+                pass
+
+        self.context = Context(vis.offwidth, vis.offheight)
+        self.context.make_current()
         self.gl_renderer = GL.glGetString(GL.GL_RENDERER).decode()  # "llvmpipe (LLVM ...)", "NVIDIA H200/PCIe/SSE2"
-        self.camera_ids = [self.model.camera(name).id for name in cameras]
+        self.mjr = mujoco.MjrContext(self.model, mujoco.mjtFontScale.mjFONTSCALE_150.value)
+        mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN.value, self.mjr)
+        self.mjr.readDepthMap = mujoco.mjtDepthMap.mjDEPTH_ZEROFAR  # as mujoco.Renderer
+        self.scene, self.option = mujoco.MjvScene(self.model, maxgeom=10000), mujoco.MjvOption()
+        self.views = []
+        for name in cameras:
+            view = mujoco.MjvCamera()
+            view.type, view.fixedcamid = mujoco.mjtCamera.mjCAMERA_FIXED, self.model.camera(name).id
+            self.views.append(view)
+        self.data = mujoco.MjData(self.model)
         self.target_mocap = self.model.body("target").mocapid[0]
         self._cam_pos = self.model.cam_pos.copy()
         self._light_diffuse = self.model.light_diffuse.copy()
+        extent = self.model.stat.extent  # the clip planes, float32 as glFrustum has them (mujoco.Renderer)
+        self._near = np.float32(self.model.vis.map.znear * extent)
+        self._far = np.float32(self.model.vis.map.zfar * extent)
 
-    def draw(self, rows: range, rgb: dict, depth: dict, state, target, camera_shift, light_scale) -> None:
-        """Draws envs `rows` into their rows of `rgb` and `depth`."""
-        m, d = self.model, self.data
-        for i in rows:
-            mujoco.mj_setState(m, d, state[i], FULLPHYSICS)
-            d.mocap_pos[self.target_mocap] = target[i]
-            m.cam_pos[:] = self._cam_pos + camera_shift[i]
-            m.light_diffuse[:] = self._light_diffuse * light_scale[i]
+    def draw(self, envs, rows, rgb: dict, depth: dict, state, target, camera_shift, light_scale) -> None:
+        """Draws envs `envs` (their indices in the env) into `rows` of `rgb` and `depth`. A frame's tile is fixed by
+        its env index, camera and pass, so an env's frames are the same bit for bit whichever renderer draws it and
+        with whichever other envs (a frame's position in the buffer moves its pixels by the rasterizer's rounding:
+        against mujoco.Renderer's own buffer, by one level in ~0.01% of rgb values and up to ~1.3e-5 m of depth)."""
+        m, d, scene = self.model, self.data, self.scene
+        per_pass, page = len(self.cameras) * (2 if self.depth else 1), None
+        self.context.make_current()  # another renderer of this thread (an eval env's) may have been current
+        pending = []  # (tile, row, camera, depth pass) drawn on this page and not yet read
+        for e, r in zip(envs, rows):
+            mujoco.mj_setState(m, d, state[r], FULLPHYSICS)
+            d.mocap_pos[self.target_mocap] = target[r]
+            m.cam_pos[:] = self._cam_pos + camera_shift[r]
+            m.light_diffuse[:] = self._light_diffuse * light_scale[r]
             mujoco.mj_kinematics(m, d)
             mujoco.mj_camlight(m, d)
-            for cam, cam_id in zip(self.cameras, self.camera_ids):
-                self.renderer.update_scene(d, cam_id)
-                rgb[cam][i] = self.renderer.render()
-                if self.depth:
-                    self.renderer.enable_depth_rendering()
-                    depth[cam][i, ..., 0] = np.minimum(self.renderer.render(), MAX_DEPTH)
-                    self.renderer.disable_depth_rendering()
+            for c, (cam, view) in enumerate(zip(self.cameras, self.views)):
+                mujoco.mjv_updateScene(m, d, self.option, None, view, mujoco.mjtCatBit.mjCAT_ALL.value, scene)
+                for depth_pass in (False, True) if self.depth else (False,):
+                    # mujoco.Renderer draws depth with geoms coloured by id: "more accurate at far distances"
+                    scene.flags[mujoco.mjtRndFlag.mjRND_SEGMENT] = scene.flags[mujoco.mjtRndFlag.mjRND_IDCOLOR] = depth_pass
+                    now, tile = divmod(e * per_pass + c * (per_pass // len(self.cameras)) + depth_pass, self.grid ** 2)
+                    if now != page and pending:
+                        self._read(pending, rgb, depth)
+                        pending = []
+                    page = now
+                    y, x = divmod(tile, self.grid)
+                    mujoco.mjr_render(mujoco.MjrRect(x * self.size, y * self.size, self.size, self.size), scene, self.mjr)
+                    pending.append((tile, r, cam, depth_pass))
+        scene.flags[mujoco.mjtRndFlag.mjRND_SEGMENT] = scene.flags[mujoco.mjtRndFlag.mjRND_IDCOLOR] = False
+        if pending:
+            self._read(pending, rgb, depth)
+
+    def _read(self, tiles: list, rgb: dict, depth: dict) -> None:
+        """One read of the buffer's rows of tiles that hold `tiles`, each into its row and camera (flipped: GL's rows
+        run bottom up)."""
+        size, grid = self.size, self.grid
+        low, high = tiles[0][0] // grid, tiles[-1][0] // grid + 1  # tiles come in ascending order
+        colour = np.empty(((high - low) * size, grid * size, 3), np.uint8)
+        z = np.empty(colour.shape[:2], np.float32) if self.depth else None
+        mujoco.mjr_readPixels(colour, z, mujoco.MjrRect(0, low * size, grid * size, (high - low) * size), self.mjr)
+        for tile, r, cam, depth_pass in tiles:
+            y, x = divmod(tile, grid)
+            at = (slice((y - low) * size, (y - low + 1) * size), slice(x * size, (x + 1) * size))
+            if depth_pass:
+                depth[cam][r, ..., 0] = np.minimum(self._metres(z[at][::-1]), MAX_DEPTH)
+            else:
+                rgb[cam][r] = colour[at][::-1]
+
+    def _metres(self, z: np.ndarray) -> np.ndarray:
+        """Reverse-Z depth buffer values -> metres along the view axis, as mujoco.Renderer computes them for a
+        perspective camera (float32 coefficients, float64 arithmetic, float32 result)."""
+        near, far = self._near, self._far
+        c = np.float32(-0.5) * (-(far + near) / (far - near)) - np.float32(0.5)
+        dz = np.float32(-0.5) * (-(np.float32(2) * far * near) / (far - near))
+        return (dz / (z.astype(np.float64) + c)).astype(np.float32)
 
     def close(self) -> None:
-        self.renderer.close()
+        self.context.make_current()
+        self.mjr.free()
+        self.context.free()
 
 
 class CameraRenderer:
     def __init__(self, model: mujoco.MjModel, cameras: tuple[str, ...], size: int, depth: bool = False,
-                 threads: int = 1):
+                 threads: int = 1, envs: int = 1):
+        """`envs`: how many envs a render call draws (at most), to size each renderer's buffer of tiles."""
         _check_gl_backend()
         self.cameras, self.size, self.depth = cameras, size, depth
         # threads > 1: a thread per renderer for the renderer's life, where GL draws in software (module docstring)
         self.threads = [ThreadPoolExecutor(1) for _ in range(threads)] if threads > 1 else []
-        build = lambda: _Frames(model, cameras, size, depth)  # noqa: E731
+        build = lambda: _Frames(model, cameras, size, depth, envs)  # noqa: E731
         first = self.threads[0].submit(build).result() if self.threads else build()
         if not software_gl(first.gl_renderer):  # a GPU: one context draws fastest
             for t in self.threads[1:]:
@@ -111,18 +186,21 @@ class CameraRenderer:
         self._free.atexit = False  # the threads have ended by then (concurrent.futures joins them first)
 
     def render(
-        self, state: np.ndarray, target: np.ndarray, camera_shift: np.ndarray, light_scale: np.ndarray
+        self, state: np.ndarray, target: np.ndarray, camera_shift: np.ndarray, light_scale: np.ndarray,
+        envs: np.ndarray | None = None,
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Images of N envs: state [N, nstate], target [N, 3], camera_shift [N, 3] m, light_scale [N]."""
+        """Images of N envs: state [N, nstate], target [N, 3], camera_shift [N, 3] m, light_scale [N]; `envs` [N]:
+        their indices in the env, ascending (default 0..N-1), when drawing some of its envs (an auto-reset's)."""
         n, size = state.shape[0], self.size
+        envs = np.arange(n) if envs is None else envs
         rgb = {c: np.empty((n, size, size, 3), np.uint8) for c in self.cameras}
         depth = {c: np.empty((n, size, size, 1), np.float32) for c in self.cameras} if self.depth else {}
         args = (rgb, depth, state, target, camera_shift, light_scale)
         if not self.threads:
-            self.frames[0].draw(range(n), *args)
+            self.frames[0].draw(envs, range(n), *args)
             return rgb, depth
         bounds = np.linspace(0, n, len(self.frames) + 1).astype(int)
-        jobs = [t.submit(f.draw, range(lo, hi), *args)
+        jobs = [t.submit(f.draw, envs[lo:hi], range(lo, hi), *args)
                 for t, f, lo, hi in zip(self.threads, self.frames, bounds[:-1], bounds[1:])]
         for job in jobs:
             job.result()

@@ -1,5 +1,6 @@
 """The batched MuJoCo Panda tasks: kinematics, stepping, snapshots, success logic, cameras, randomization."""
 
+import math
 import threading
 
 import numpy as np
@@ -15,6 +16,10 @@ from embodied.config import ConfigError  # noqa: E402
 from embodied.specs import decode_text  # noqa: E402
 from sims.mujoco.physics import make_stepper  # noqa: E402
 from embodied import keys  # noqa: E402
+
+# m: a frame's depth moves by up to ~1.3e-5 m (float32 rounding of the rasterizer's z) with where in a GL buffer it
+# is drawn (sims/mujoco/render.py's tiles)
+DEPTH_ROUNDING = 1e-4
 from embodied.data.record import collect_episodes  # noqa: E402
 
 
@@ -184,6 +189,27 @@ def test_cameras_render_rgb_and_depth(size):
     assert (moved[0].float() - obs["images"]["front"][0].float()).abs().sum() > 100
 
 
+def test_an_auto_reset_redraws_only_the_reset_envs_and_keeps_the_final_frames(monkeypatch):
+    """A step in which some envs end draws each env once more only where it was reset: its frames (rgb and depth)
+    are those a full render of the new state draws, and info["final_obs"] keeps the frames before the reset."""
+    env = MujocoReachEnv(MujocoReachEnv.Config(cameras=("front", "side"), image_size=32, depth=True,
+                                               max_episode_steps=2), num_envs=4)
+    env.reset(seed=0)
+    env.step(torch.zeros(4, 4))
+    env.steps[2:] = 0  # envs 0 and 1 reach the time limit in the next step, 2 and 3 go on
+    drawn = []
+    render = env.renderer.render
+    monkeypatch.setattr(env.renderer, "render", lambda state, *a: drawn.append(len(state)) or render(state, *a))
+    obs, _, _, truncated, info = env.step(torch.zeros(4, 4))
+    assert truncated.tolist() == [True, True, False, False] and drawn == [4, 2]
+    full_rgb, full_depth = render(env.physics, env.target, env.camera, env.light)
+    for cam in ("front", "side"):
+        assert torch.equal(obs["images", cam], torch.from_numpy(full_rgb[cam]))
+        assert torch.equal(obs["depth", cam], torch.from_numpy(full_depth[cam]))
+        final = info["final_obs"]["images", cam]
+        assert torch.equal(final[2:], obs["images", cam][2:]) and not torch.equal(final[:2], obs["images", cam][:2])
+
+
 def test_seeding_language_and_bad_config():
     a, b = MujocoPickEnv(MujocoPickEnv.Config(), num_envs=4), MujocoPickEnv(MujocoPickEnv.Config(), num_envs=4)
     assert (a.reset(seed=7)[0] == b.reset(seed=7)[0]).all()
@@ -239,6 +265,48 @@ def test_render_threads_draw_the_frames_one_renderer_draws(monkeypatch):
     for env in envs:
         env.close()
     assert all(t._shutdown for t in threaded.threads)
+
+
+@pytest.mark.parametrize("size, envs", [(24, 5), (64, 3)])
+def test_tiled_frames_are_mujoco_renderers_frames(size, envs, monkeypatch):
+    """A renderer draws its frames as tiles of one buffer and reads them back at once (and when the buffer is full:
+    here 4 x 4 tiles); rgb and depth are those mujoco.Renderer draws frame by frame, with jittered cameras and
+    lights, up to the rasterizer's rounding: rgb within one level on under 1% of values, depth within
+    DEPTH_ROUNDING. (Frames of the same env are the same bit for bit: test_render_threads_draw_...)"""
+    from sims.mujoco import render
+
+    monkeypatch.setattr(render, "MAX_BUFFER", 4 * size)  # 5 envs x 2 cameras x 2 passes: 20 tiles, two reads
+    env = MujocoPushEnv(MujocoPushEnv.Config(cameras=("front", "side"), image_size=size, depth=True,
+                                             light_range=(0.5, 1.0), camera_jitter=0.02, num_threads=1),
+                        num_envs=envs)
+    env.reset(seed=3)
+    env.step(torch.rand(envs, 4, generator=torch.Generator().manual_seed(0)) * 2 - 1)
+    reads = []
+    read = mujoco.mjr_readPixels
+    monkeypatch.setattr(mujoco, "mjr_readPixels", lambda *a: reads.append(a[2].width) or read(*a))
+    rgb, depth = env.renderer.render(env.physics, env.target, env.camera, env.light)
+    assert len(reads) == math.ceil(envs * 4 / 16)
+    monkeypatch.setattr(mujoco, "mjr_readPixels", read)
+    frames = env.renderer.frames[0]
+    model, data = frames.model, mujoco.MjData(frames.model)
+    reference = mujoco.Renderer(model, size, size)
+    for i in range(envs):
+        mujoco.mj_setState(model, data, env.physics[i], render.FULLPHYSICS)
+        data.mocap_pos[frames.target_mocap] = env.target[i]
+        model.cam_pos[:] = frames._cam_pos + env.camera[i]
+        model.light_diffuse[:] = frames._light_diffuse * env.light[i]
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_camlight(model, data)
+        for cam in ("front", "side"):
+            reference.update_scene(data, cam)
+            off = np.abs(rgb[cam][i].astype(int) - reference.render())
+            assert off.max() <= 1 and (off > 0).mean() < 0.01, (i, cam)
+            reference.enable_depth_rendering()
+            expected = np.minimum(reference.render(), render.MAX_DEPTH)
+            np.testing.assert_allclose(depth[cam][i, ..., 0], expected, rtol=0, atol=DEPTH_ROUNDING)
+            reference.disable_depth_rendering()
+    reference.close()
+    env.close()
 
 
 def test_render_threads_only_where_gl_draws_in_software():
