@@ -36,7 +36,7 @@ from sims.mujoco.render import CameraRenderer
 render.software_gl = lambda name: True  # the threads the arm names, on a GPU too (where one renderer is the rule)
 env = MujocoReachEnv(MujocoReachEnv.Config(image_size={size}, goal_in_state=False, num_threads=1), num_envs={envs})
 env.reset(seed=0)
-cams = CameraRenderer(env.model, ("front", "side"), {size}, threads={threads})
+cams = CameraRenderer(env.model, ("front", "side"), {size}, threads={threads}, envs={envs})
 args = (env.physics, env.target, env.camera, env.light)
 times = []
 for i in range(7):

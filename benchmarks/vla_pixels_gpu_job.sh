@@ -10,20 +10,22 @@
 # there holds CUDA torch but not mujoco, zarr or hydra):
 #   OUT=<dir> bash benchmarks/vla_pixels_gpu_job.sh                       # BC where missing, then PPO_S s of PPO
 #   OUT=<dir2> RESUME=<dir> PPO_S=<more> bash benchmarks/vla_pixels_gpu_job.sh   # a second call: carry <dir> (an
-#       ignored folder holding the first call's runs.tar); each seed's run goes on until PPO_S seconds of PPO in all
-#       (resume= with train.max_seconds)
-# Each call leaves 4 files in $OUT (the device returns at most 8, 16 MiB each, 2 folders down): runs.tar (each seed's
-# config and online/ latest checkpoint and metrics, ~3.5 MB a seed), bc.tar (the BC checkpoints it made, 1.1 MB a
-# seed), logs.tar.gz (the logs and each seed's PPO metrics) and summary.txt (each seed's evaluations and the median
+#       ignored folder holding the first call's run_seed<s>.tar); each seed's run goes on until PPO_S seconds of PPO
+#       in all (resume= with train.max_seconds)
+# Each call leaves in $OUT (the device returns at most 8 files, 16 MiB each, 2 folders down): run_seed<s>.tar (the
+# seed's config and online/ latest checkpoint and metrics, ~7 MB), bc.tar (the BC checkpoints it made, if any, 1.1 MB
+# a seed), logs.tar.gz (the logs and each seed's PPO metrics) and summary.txt (each seed's evaluations and the median
 # seconds an iteration spent collecting and updating). Knobs: PPO_S (seconds of PPO per seed, in all), N (envs per
 # seed), SEEDS, THREADS (env.num_threads: physics threads), LIMIT (seconds the whole job may take: every run is
 # stopped in time for the outputs to be written, inside the device call's 600 s), EXTRA (more overrides of the PPO
 # runs), BC_EXTRA (of the BC runs), PY, DEVICE.
 # train.eval_every=10000: no evaluation mid-run (500 pixel episodes each), the curve between is the training success.
-# Speed: session 19 ran each seed at ~440 env-steps/s with one renderer. On 2026-11-27 the cameras drawn in 4 threads
-# a seed ran ~190 (the run outlasted its call); through NVIDIA's EGL two render threads draw 2.0-3.5x slower than one
-# (benchmarks/gpu_results/2026-11-27_16-00_H200_vla_pixels_render_threads/), so on a GPU the MuJoCo envs now draw
-# with one renderer whatever env.num_threads says (sims/mujoco/render.py), and THREADS only sets the physics threads.
+# Speed (NVIDIA H200, three seeds at once, 256 envs, a median iteration of 8,192 env steps): session 19's ~440
+# env-steps/s a seed was ~19 s collecting and ~0.4 s updating. The collection was the cameras: one GL read-back a
+# frame (~80% of it under cProfile) and every env drawn twice in a step with a reset. Session 30 drew only the reset
+# envs again (9.8 s) and the frames as tiles of one buffer read back at once (2.1 s): ~3,300 env-steps/s a seed with
+# the update (benchmarks/RESULTS.md, "Tiled frames"). The envs draw with one renderer on a GPU whatever
+# env.num_threads says (threads drew 2.0-3.5x slower there), and THREADS only sets the physics threads.
 set -u
 OUT=${OUT:-/tmp/out}
 PY=${PY:-python3}
@@ -47,7 +49,7 @@ done
 wait
 for s in $SEEDS; do
     if [ -n "${RESUME:-}" ]; then
-        tar -xf "$RESUME/runs.tar" -C /tmp/v run_seed$s
+        tar -xf "$RESUME/run_seed$s.tar" -C /tmp/v
         train $((PPO_S + 300)) resume=/tmp/v/run_seed$s train.max_seconds=$PPO_S > "$OUT/pixel_seed$s.log" 2>&1 &
     else
         train $((PPO_S + 300)) experiment=mujoco_reach_rgb_vla_ppo seed=$s device=${DEVICE:-cuda} \
@@ -68,9 +70,12 @@ print(f'  {len(rows)} iterations, median s collecting / updating:',
       *(round(st.median(r[k] for r in rows), 2) for k in ('time/collect', 'time/update')))" \
         "$OUT/pixel_seed${s}_ppo_metrics.jsonl" 2>/dev/null
 done | tee "$OUT/summary.txt"
-tar -cf "$OUT/runs.tar" -C /tmp/v $(for s in $SEEDS; do echo run_seed$s/config.yaml run_seed$s/online/metrics.jsonl \
-    run_seed$s/online/checkpoints/latest; done)
-[ -n "${RESUME:-}" ] || tar -cf "$OUT/bc.tar" $(for s in $SEEDS; do echo .s19bc/bc_seed$s/config.yaml \
-    .s19bc/bc_seed$s/bc/checkpoints/final; done)
+for s in $SEEDS; do  # a tar a seed: with the aux loss's optimizer state, three seeds in one passed 16 MiB
+    tar -cf "$OUT/run_seed$s.tar" -C /tmp/v run_seed$s/config.yaml run_seed$s/online/metrics.jsonl \
+        run_seed$s/online/checkpoints/latest
+done
+made=$(for s in $SEEDS; do [ -f .s19bc/bc_seed$s/config.yaml ] && echo .s19bc/bc_seed$s/config.yaml \
+    .s19bc/bc_seed$s/bc/checkpoints/final; done)  # the BC runs this call made (a carried checkpoint has no config)
+[ -n "${RESUME:-}" ] || [ -z "$made" ] || tar -cf "$OUT/bc.tar" $made
 (cd "$OUT" && logs=$(ls ./*.log ./*_ppo_metrics.jsonl 2>/dev/null) && tar -czf logs.tar.gz $logs && rm -f $logs)
 ls -la "$OUT"
