@@ -16,9 +16,10 @@
 # seed's config and online/ latest checkpoint and metrics, ~7 MB), bc.tar (the BC checkpoints it made, if any, 1.1 MB
 # a seed), logs.tar.gz (the logs and each seed's PPO metrics) and summary.txt (each seed's evaluations and the median
 # seconds an iteration spent collecting and updating). Knobs: PPO_S (seconds of PPO per seed, in all), N (envs per
-# seed), SEEDS, THREADS (env.num_threads: physics threads), LIMIT (seconds the whole job may take: every run is
-# stopped in time for the outputs to be written, inside the device call's 600 s), EXTRA (more overrides of the PPO
-# runs), BC_EXTRA (of the BC runs), PY, DEVICE.
+# seed), SEEDS, BC (the folder of the BC runs, .s19bc; another folder with BC_EXTRA and EXTRA="env.image_size=96"
+# runs BC and PPO at another setting in one call), THREADS (env.num_threads: physics threads), LIMIT (seconds the
+# whole job may take: every run is stopped in time for the outputs to be written, inside the device call's 600 s),
+# EXTRA (more overrides of the PPO runs), BC_EXTRA (of the BC runs), PY, DEVICE.
 # train.eval_every=10000: no evaluation mid-run (500 pixel episodes each), the curve between is the training success.
 # Speed (NVIDIA H200, three seeds at once, 256 envs, a median iteration of 8,192 env steps): session 19's ~440
 # env-steps/s a seed was ~19 s collecting and ~0.4 s updating. The collection was the cameras: one GL read-back a
@@ -34,6 +35,7 @@ PPO_S=${PPO_S:-390}
 N=${N:-256}
 SEEDS=${SEEDS:-0 1 2}
 LIMIT=${LIMIT:-570}
+BC=${BC:-.s19bc}  # where each seed's BC run is (bc_seed<s>), carried or made here
 # train SECONDS ARGS...: at most SECONDS, and never past LIMIT - 25 s of the job (the outputs are written after)
 train() {
     local left=$((LIMIT - 25 - SECONDS))
@@ -42,9 +44,9 @@ train() {
 nproc; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null; git rev-parse HEAD 2>/dev/null
 mkdir -p /tmp/v "$OUT"
 for s in $SEEDS; do  # BC where no checkpoint came along (3 seeds at once, ~24 min each on 2 CPU cores)
-    [ -n "${RESUME:-}" ] || [ -d .s19bc/bc_seed$s ] || train 1200 experiment=mujoco_reach_rgb_vla_ppo seed=$s \
+    [ -n "${RESUME:-}" ] || [ -d $BC/bc_seed$s ] || train 1200 experiment=mujoco_reach_rgb_vla_ppo seed=$s \
         device=${DEVICE:-cuda} train.total_env_steps=0 env.num_threads=${THREADS:-4} train.progress=false \
-        hydra.run.dir=.s19bc/bc_seed$s ${BC_EXTRA:-} > "$OUT/bc_seed$s.log" 2>&1 &
+        hydra.run.dir=$BC/bc_seed$s ${BC_EXTRA:-} > "$OUT/bc_seed$s.log" 2>&1 &
 done
 wait
 for s in $SEEDS; do
@@ -53,7 +55,7 @@ for s in $SEEDS; do
         train $((PPO_S + 300)) resume=/tmp/v/run_seed$s train.max_seconds=$PPO_S > "$OUT/pixel_seed$s.log" 2>&1 &
     else
         train $((PPO_S + 300)) experiment=mujoco_reach_rgb_vla_ppo seed=$s device=${DEVICE:-cuda} \
-            init_from=.s19bc/bc_seed$s pipeline.demos.episodes=0 pipeline.bc.updates=0 train.num_envs=$N \
+            init_from=$BC/bc_seed$s pipeline.demos.episodes=0 pipeline.bc.updates=0 train.num_envs=$N \
             env.num_threads=${THREADS:-4} train.total_env_steps=4_000_000 train.max_seconds=$PPO_S \
             train.eval_at_start=true train.eval_every=10000 train.eval_episodes=500 pipeline.online.eval_episodes=500 \
             train.progress=false hydra.run.dir=/tmp/v/run_seed$s ${EXTRA:-} > "$OUT/pixel_seed$s.log" 2>&1 &
@@ -74,8 +76,8 @@ for s in $SEEDS; do  # a tar a seed: with the aux loss's optimizer state, three 
     tar -cf "$OUT/run_seed$s.tar" -C /tmp/v run_seed$s/config.yaml run_seed$s/online/metrics.jsonl \
         run_seed$s/online/checkpoints/latest
 done
-made=$(for s in $SEEDS; do [ -f .s19bc/bc_seed$s/config.yaml ] && echo .s19bc/bc_seed$s/config.yaml \
-    .s19bc/bc_seed$s/bc/checkpoints/final; done)  # the BC runs this call made (a carried checkpoint has no config)
+made=$(for s in $SEEDS; do [ -f $BC/bc_seed$s/config.yaml ] && echo $BC/bc_seed$s/config.yaml \
+    $BC/bc_seed$s/bc/checkpoints/final; done)  # the BC runs this call made (a carried checkpoint has no config)
 [ -n "${RESUME:-}" ] || [ -z "$made" ] || tar -cf "$OUT/bc.tar" $made
 (cd "$OUT" && logs=$(ls ./*.log ./*_ppo_metrics.jsonl 2>/dev/null) && tar -czf logs.tar.gz $logs && rm -f $logs)
 ls -la "$OUT"
