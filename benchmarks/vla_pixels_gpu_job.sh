@@ -54,6 +54,7 @@ for s in $SEEDS; do
         tar -xf "$RESUME/run_seed$s.tar" -C /tmp/v
         train $((PPO_S + 300)) resume=/tmp/v/run_seed$s train.max_seconds=$PPO_S > "$OUT/pixel_seed$s.log" 2>&1 &
     else
+        rm -rf /tmp/v/run_seed$s  # a run folder left by an earlier call on this machine would be resumed
         train $((PPO_S + 300)) experiment=mujoco_reach_rgb_vla_ppo seed=$s device=${DEVICE:-cuda} \
             init_from=$BC/bc_seed$s pipeline.demos.episodes=0 pipeline.bc.updates=0 train.num_envs=$N \
             env.num_threads=${THREADS:-4} train.total_env_steps=4_000_000 train.max_seconds=$PPO_S \
