@@ -59,7 +59,8 @@ class PPOConfig:
     critic_warmup: int = 0
     # weight of the policy's auxiliary loss on each minibatch's observations (`policy.aux_loss(obs)`; the VLA's: its
     # cameras' features regressing the privileged goal, policy.privileged_aux's term in BC), so the vision tower goes
-    # on learning from every rollout frame (asymmetric actor-critic's privileged supervision, Pinto et al. 2017). 0 = off
+    # on learning from every rollout frame (privileged supervision in training, as asymmetric actor-critic's critic,
+    # Pinto et al. 2017). 0 = off
     aux_coef: float = 0.0
     # data collected with older weights (cluster.max_staleness > 0): the behaviour/proximal weight's cap, the
     # truncated importance ratio of Yao et al. 2025 ("Your Efficient RL Framework Secretly Brings You Off-Policy
@@ -159,8 +160,8 @@ class PPO:
                               f"{type(policy).__name__} has none (e.g. policy.critic=mlp for the VLA, policy.value_head=true "
                               "for a language model)")
         if config.aux_coef and not getattr(policy, "has_aux_loss", False):
-            raise ConfigError(f"algo.aux_coef={config.aux_coef} weighs the policy's auxiliary loss; {type(policy).__name__} "
-                              "has none here (the VLA's is policy.privileged_aux > 0 on an env with a 'privileged' "
+            raise ConfigError(f"algo.aux_coef={config.aux_coef} weighs the policy's auxiliary loss; "
+                              f"{type(policy).__name__} has none here (the VLA's is policy.privileged_aux > 0 on an env with a 'privileged' "
                               "observation)")
         # a policy without a declared critic_head (diffusion, flow, VLA) has a scalar critic trained by squared error
         self.critic_head = getattr(policy, "critic_head", SCALAR_CRITIC)

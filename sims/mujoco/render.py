@@ -6,7 +6,8 @@
 
 A renderer (one GL context, a scratch `MjData`, a model copy) draws its envs one
 after the other: each env's physics state is loaded, its kinematics computed and the
-scene drawn. With `threads` > 1 the envs are split into that many contiguous groups,
+scene drawn into the env's own tile of one offscreen buffer, which is read back once
+a call (a read per frame was most of a GPU's collection time). With `threads` > 1 the envs are split into that many contiguous groups,
 each drawn by a renderer of its own in a thread of its own, so the frames are those
 one renderer draws, bit for bit. That is for GL drawn in software (Mesa's llvmpipe, where
 the threads are cores drawing); on a GPU's driver the renderer stays one, in one thread:
@@ -63,9 +64,9 @@ class _Frames:
     Its frames are tiles of one offscreen buffer: each env's cameras are drawn into viewports side by side, and the
     buffer is read back once per `draw` (or whenever it is full) instead of once a frame. A read is a GPU -> host
     synchronisation: on an NVIDIA H200, with three training processes, one `mjr_readPixels` a frame was ~80% of
-    collecting a rollout (benchmarks/RESULTS.md, "Tiled frames"). A tile's pixels are those of a buffer of its own
-    (the viewport and the projection are the same; the model has no multisampling, scene.py); the test checks them
-    against mujoco.Renderer's."""
+    collecting a rollout (benchmarks/RESULTS.md, "Tiled frames"). The viewport and the projection of a tile are
+    those of a buffer of its own, but where it sits moves the rasterizer's rounding (see `draw`); the test checks the
+    tiles against mujoco.Renderer's frames within it."""
 
     def __init__(self, model: mujoco.MjModel, cameras: tuple[str, ...], size: int, depth: bool, envs: int):
         from mujoco.rendering.classic import gl_context
@@ -106,10 +107,13 @@ class _Frames:
     def draw(self, envs, rows, rgb: dict, depth: dict, state, target, camera_shift, light_scale) -> None:
         """Draws envs `envs` (their indices in the env) into `rows` of `rgb` and `depth`. A frame's tile is fixed by
         its env index, camera and pass, so an env's frames are the same bit for bit whichever renderer draws it and
-        with whichever other envs (a frame's position in the buffer moves its pixels by the rasterizer's rounding:
-        against mujoco.Renderer's own buffer, by one level in ~0.01% of rgb values and up to ~1.3e-5 m of depth)."""
+        with whichever other envs. (A frame's position in the buffer moves its pixels by the rasterizer's rounding:
+        against mujoco.Renderer's own buffer, one level in 0.2% of one frame's rgb values in 16, and up to ~1.3e-5 m
+        of depth.)"""
         m, d, scene = self.model, self.data, self.scene
-        per_pass, page = len(self.cameras) * (2 if self.depth else 1), None
+        passes = 2 if self.depth else 1
+        segment, idcolor = mujoco.mjtRndFlag.mjRND_SEGMENT, mujoco.mjtRndFlag.mjRND_IDCOLOR
+        page = None
         self.context.make_current()  # another renderer of this thread (an eval env's) may have been current
         pending = []  # (tile, row, camera, depth pass) drawn on this page and not yet read
         for e, r in zip(envs, rows):
@@ -123,16 +127,17 @@ class _Frames:
                 mujoco.mjv_updateScene(m, d, self.option, None, view, mujoco.mjtCatBit.mjCAT_ALL.value, scene)
                 for depth_pass in (False, True) if self.depth else (False,):
                     # mujoco.Renderer draws depth with geoms coloured by id: "more accurate at far distances"
-                    scene.flags[mujoco.mjtRndFlag.mjRND_SEGMENT] = scene.flags[mujoco.mjtRndFlag.mjRND_IDCOLOR] = depth_pass
-                    now, tile = divmod(e * per_pass + c * (per_pass // len(self.cameras)) + depth_pass, self.grid ** 2)
+                    scene.flags[segment] = scene.flags[idcolor] = depth_pass
+                    now, tile = divmod((e * len(self.cameras) + c) * passes + depth_pass, self.grid ** 2)
                     if now != page and pending:
                         self._read(pending, rgb, depth)
                         pending = []
                     page = now
                     y, x = divmod(tile, self.grid)
-                    mujoco.mjr_render(mujoco.MjrRect(x * self.size, y * self.size, self.size, self.size), scene, self.mjr)
+                    viewport = mujoco.MjrRect(x * self.size, y * self.size, self.size, self.size)
+                    mujoco.mjr_render(viewport, scene, self.mjr)
                     pending.append((tile, r, cam, depth_pass))
-        scene.flags[mujoco.mjtRndFlag.mjRND_SEGMENT] = scene.flags[mujoco.mjtRndFlag.mjRND_IDCOLOR] = False
+        scene.flags[segment] = scene.flags[idcolor] = False
         if pending:
             self._read(pending, rgb, depth)
 

@@ -201,8 +201,8 @@ def test_privileged_aux_adds_the_camera_features_regression_of_privileged(vision
 
 def test_ppo_aux_coef_trains_the_vision_tower_on_the_rollout_frames():
     """algo.aux_coef: each PPO minibatch adds w x policy.aux_loss (the VLA's privileged regression from its cameras)
-    on the rollout's frames, so the aux head (and through it the vision tower) learns during RL; 0 leaves the aux head alone; a
-    policy without an auxiliary loss is a clear error."""
+    on the rollout's frames, so the aux head (and through it the vision tower) learns during RL; 0 leaves the aux head
+    alone; a policy without an auxiliary loss is a clear error."""
     reach = pytest.importorskip("sims.mujoco").MujocoReachEnv
     env = reach(reach.Config(cameras=("front", "side"), image_size=32, goal_in_state=False), 4)
     make = dict(vision="keypoints", privileged_aux=1.0, critic="mlp", asymmetric_critic=True)
@@ -215,7 +215,8 @@ def test_ppo_aux_coef_trains_the_vision_tower_on_the_rollout_frames():
         policy = policy_for(env, **make)
         before = policy.privileged_loss(flat).detach()
         aux_head = [p.detach().clone() for p in policy.aux_head.parameters()]
-        metrics = PPO(PPO.Config(lr=1e-3, epochs=1, minibatches=1, desired_kl=None, aux_coef=coef), policy).update(batch)
+        algo = PPO(PPO.Config(lr=1e-3, epochs=1, minibatches=1, desired_kl=None, aux_coef=coef), policy)
+        metrics = algo.update(batch)
         moved = any(not torch.equal(a, b) for a, b in zip(aux_head, policy.aux_head.parameters()))
         assert moved == bool(coef) and ("aux_loss" in metrics) == bool(coef)
         if coef:
