@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def probe(path: Path, envs: int, steps: int) -> dict[str, float]:
-    from embodied import keys
+    from benchmarks.vla_pretrain_tower import goal_errors
     from embodied.build import make_env, make_policy
     from embodied.runner import checkpoint
 
@@ -33,15 +33,14 @@ def probe(path: Path, envs: int, steps: int) -> dict[str, float]:
         raise SystemExit(f"{path}: its policy has no auxiliary head (policy.privileged_aux > 0)")
     obs, _ = env.reset(seed=12345)
     errors = []
-    with torch.no_grad():
-        for _ in range(steps):
-            features = policy.camera_features(obs)
-            estimate = policy.privileged_norm.inverse(policy.aux_head(torch.cat([f.mean(1) for f in features], -1)))
-            errors.append((estimate[:, :3] - obs[keys.PRIVILEGED][:, :3]).norm(dim=-1))
+    for _ in range(steps):
+        errors.append(goal_errors(policy, obs))
+        with torch.no_grad():
             obs = env.step(policy.act(obs, deterministic=True).action)[0]
     env.close()
     every = torch.stack(errors)
-    return {"first": float(every[0].median()), "all": float(every.median()), "within": float((every < 0.03).float().mean())}
+    return {"first": float(every[0].median()), "all": float(every.median()),
+            "within": float((every < 0.03).float().mean())}
 
 
 def main() -> None:

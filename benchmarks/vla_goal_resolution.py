@@ -20,41 +20,22 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def frames(size: int, resets: int):
-    from tensordict import TensorDict
-
+def run(size: int, updates: int, train_resets: int) -> dict[str, float]:
+    from benchmarks.vla_pretrain_tower import goal_errors, reset_frames, train_tower
+    from policies.vla import VLAConfig, VLAPolicy
     from sims.mujoco import MujocoReachEnv
 
     env = MujocoReachEnv(MujocoReachEnv.Config(cameras=("front", "side"), image_size=size, goal_in_state=False), 256)
-    obs = torch.cat([env.reset(seed=1000 + r)[0] for r in range(resets)])
-    spec, action = env.observation_spec, env.action_spec
+    data = reset_frames(env, [1000 + r for r in range(train_resets + 2)])
     env.close()
-    return TensorDict({"obs": obs, "action": torch.zeros(len(obs), action.shape[0])}, batch_size=[len(obs)]), spec, action
-
-
-def run(size: int, updates: int, train_resets: int) -> dict[str, float]:
-    from embodied import keys
-    from policies.vla import VLAConfig, VLAPolicy
-
-    data, spec, action = frames(size, train_resets + 2)
     train, test = data[: 256 * train_resets], data[256 * train_resets :]
     torch.manual_seed(0)
-    policy = VLAPolicy(VLAConfig(vision="keypoints", privileged_aux=1.0), spec, action)
-    policy.fit_normalizers(train)
-    optimizer = torch.optim.Adam([*policy.vision.parameters(), *policy.aux_head.parameters()], lr=1e-3)  # BC's lr
+    policy = VLAPolicy(VLAConfig(vision="keypoints", privileged_aux=1.0), env.observation_spec, env.action_spec)
     start = time.perf_counter()
-    for _ in range(updates):
-        batch = train[torch.randint(len(train), (256,))]  # BC's batch size
-        loss = policy.privileged_loss(batch["obs"])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    loss = train_tower(policy, train, updates)
     seconds = time.perf_counter() - start
-    with torch.no_grad():
-        features = policy.camera_features(test["obs"])
-        estimate = policy.privileged_norm.inverse(policy.aux_head(torch.cat([f.mean(1) for f in features], -1)))
-        error = (estimate[:, :3] - test["obs", keys.PRIVILEGED][:, :3]).norm(dim=-1)
-    return {"error": float(error.median()), "within": float((error < 0.03).float().mean()), "loss": float(loss.detach()),
+    error = goal_errors(policy, test["obs"])
+    return {"error": float(error.median()), "within": float((error < 0.03).float().mean()), "loss": loss,
             "seconds": seconds}
 
 

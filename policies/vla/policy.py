@@ -509,9 +509,17 @@ class VLAPolicy(Policy):
     def privileged_loss(self, obs: TensorDict, features: list[torch.Tensor] | None = None) -> torch.Tensor:
         """privileged_aux's term: mean squared error of the aux head on the cameras' features (each camera's tokens
         averaged) against the standardized obs["privileged"]."""
+        return F.mse_loss(self._aux(obs, features), self.privileged_norm(obs[keys.PRIVILEGED]))
+
+    def estimate_privileged(self, obs: TensorDict) -> torch.Tensor:
+        """The aux head's estimate of obs["privileged"] [B, P] from the cameras, in its own units (a probe of what the
+        features locate: benchmarks/vla_goal_probe.py)."""
+        return self.privileged_norm.inverse(self._aux(obs))
+
+    def _aux(self, obs: TensorDict, features: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """The aux head on the cameras' features (each camera's tokens averaged): the standardized estimate."""
         features = self.camera_features(obs) if features is None else features
-        predicted = self.aux_head(torch.cat([f.mean(1) for f in features], -1))
-        return F.mse_loss(predicted, self.privileged_norm(obs[keys.PRIVILEGED]))
+        return self.aux_head(torch.cat([f.mean(1) for f in features], -1))
 
     # --- weights: what a run's checkpoints hold -----------------------------------------------
     def state_dict(self, *args, **kwargs) -> dict[str, Any]:

@@ -351,11 +351,12 @@ class MujocoArmEnv(VecEnv):
         if self.renderer is not None and drawn is not None:
             rgb, depth = self.renderer.render(self.physics[changed], self.target[changed], self.camera[changed],
                                               self.light[changed], changed)
+            rows = torch.from_numpy(changed).to(drawn.device)
             for group, fresh in (("images", rgb), (DEPTH, depth)):
                 if fresh:
                     out[group] = {c: drawn[group, c].clone() for c in fresh}  # `drawn` stays the final observation
                     for c, v in fresh.items():
-                        out[group][c][torch.from_numpy(changed).to(drawn.device)] = torch.from_numpy(v).to(drawn.device)
+                        out[group][c][rows] = torch.from_numpy(v).to(drawn.device)
         elif self.renderer is not None:
             rgb, depth = self.renderer.render(self.physics, self.target, self.camera, self.light)
             out["images"] = {c: torch.from_numpy(v) for c, v in rgb.items()}
