@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def probe(path: Path, envs: int, steps: int) -> dict[str, float]:
-    from benchmarks.vla_pretrain_tower import goal_errors
     from embodied.build import make_env, make_policy
     from embodied.runner import checkpoint
+    from embodied.runner.perception import privileged_errors
 
     ckpt = checkpoint.find_checkpoint(path)
     config = checkpoint.load_config(ckpt)
@@ -34,7 +34,7 @@ def probe(path: Path, envs: int, steps: int) -> dict[str, float]:
     obs, _ = env.reset(seed=12345)
     errors = []
     for _ in range(steps):
-        errors.append(goal_errors(policy, obs))
+        errors.append(privileged_errors(policy, obs, slice(0, 3)))  # the goal rows
         with torch.no_grad():
             obs = env.step(policy.act(obs, deterministic=True).action)[0]
     env.close()

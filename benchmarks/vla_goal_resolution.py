@@ -1,7 +1,8 @@
 """Does a larger camera image let the pixel VLA's vision tower place the goal more precisely? Its keypoint tower and
-goal head (`policy.privileged_aux`'s regression, alone: no actions) trained from scratch on the same reset frames of
-`MujocoReachEnv` (front and side cameras, goal out of the state) at each image size, the same seed, updates and batch;
-the held-out frames' median goal error in metres.
+goal head (`policy.privileged_aux`'s regression alone, no actions: the pipeline's perception stage,
+embodied/runner/perception.py) trained from scratch on the same reset frames of `MujocoReachEnv` (front and side
+cameras, goal out of the state) at each image size, the same seed, updates and batch; the held-out frames' median goal
+error in metres.
 
     .venv/bin/python benchmarks/vla_goal_resolution.py [--sizes 48 96] [--updates 600] [--train-resets 16]
 
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def run(size: int, updates: int, train_resets: int) -> dict[str, float]:
-    from benchmarks.vla_pretrain_tower import goal_errors, reset_frames, train_tower
+    from embodied.runner.perception import privileged_errors, reset_frames, train_perception
     from policies.vla import VLAConfig, VLAPolicy
     from sims.mujoco import MujocoReachEnv
 
@@ -32,9 +33,9 @@ def run(size: int, updates: int, train_resets: int) -> dict[str, float]:
     torch.manual_seed(0)
     policy = VLAPolicy(VLAConfig(vision="keypoints", privileged_aux=1.0), env.observation_spec, env.action_spec)
     start = time.perf_counter()
-    loss = train_tower(policy, train, updates)
+    loss = train_perception(policy, train, updates)
     seconds = time.perf_counter() - start
-    error = goal_errors(policy, test["obs"])
+    error = privileged_errors(policy, test, slice(0, 3))  # the goal rows
     return {"error": float(error.median()), "within": float((error < 0.03).float().mean()), "loss": loss,
             "seconds": seconds}
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The pixel VLA's PPO at many envs on a GPU machine (issue 19 item 1: RL over the VLA from pixels, 3 seeds). Each seed
 # starts from its BC checkpoint .s19bc/bc_seed<s> (`embodied train experiment=mujoco_reach_rgb_vla_ppo seed=<s>
-# train.total_env_steps=0`: 500 demos, 2000 BC updates); a seed without one first runs that BC here, on the device.
+# train.total_env_steps=0`: the tower's perception stage, 500 demos, 2000 BC updates; .s19bc's were made before the
+# perception stage existed, with the tower trained in BC); a seed without one first runs that BC here, on the device.
 # One process per seed, all at once; each evaluates its BC weights first (500 episodes, train.eval_at_start) and
 # again after PPO, so before and after are the same protocol on the same machine.
 # Why many envs: nothing in the first frame predicts a sampled episode's outcome (RESULTS.md, session 17), so the
@@ -56,7 +57,8 @@ for s in $SEEDS; do
     else
         rm -rf /tmp/v/run_seed$s  # a run folder left by an earlier call on this machine would be resumed
         train $((PPO_S + 300)) experiment=mujoco_reach_rgb_vla_ppo seed=$s device=${DEVICE:-cuda} \
-            init_from=$BC/bc_seed$s pipeline.demos.episodes=0 pipeline.bc.updates=0 train.num_envs=$N \
+            init_from=$BC/bc_seed$s pipeline.demos.episodes=0 pipeline.perception.updates=0 pipeline.bc.updates=0 \
+            train.num_envs=$N \
             env.num_threads=${THREADS:-4} train.total_env_steps=4_000_000 train.max_seconds=$PPO_S \
             train.eval_at_start=true train.eval_every=10000 train.eval_episodes=500 pipeline.online.eval_episodes=500 \
             train.progress=false hydra.run.dir=/tmp/v/run_seed$s ${EXTRA:-} > "$OUT/pixel_seed$s.log" 2>&1 &

@@ -1,14 +1,16 @@
-"""The staged pipeline: data -> bc -> offline RL -> online RL, as named stages of one run.
+"""The staged pipeline: data -> perception -> bc -> offline RL -> online RL, as named stages of one run.
 
     pipeline = Pipeline(config, run_dir)    # config: a run config with a `pipeline` section (none: its defaults)
     summary = pipeline.learn()              # runs the stages not yet finished, evaluates, plots
     pipeline = Pipeline.resume(run_dir)     # continue at the stage (and checkpoint) where it stopped
 
-The run directory holds `config.yaml` and one folder per stage, `bc/`,
+The run directory holds `config.yaml` and one folder per stage, `perception/`, `bc/`,
 `offline/`, `online/`, each with `metrics.jsonl` and `checkpoints/{latest,final}`.
 A stage with a final checkpoint is done: resuming loads its weights and moves
 on; a stage with only `latest` continues from it. Every stage trains the same
-policy, so weights flow from imitation (`pipeline.bc`, embodied/runner/bc.py) to
+policy, so weights flow from a pixel policy's vision pretraining on the env's
+sim-labelled reset frames (`pipeline.perception`, embodied/runner/perception.py) to
+imitation (`pipeline.bc`, embodied/runner/bc.py) to
 offline RL (`pipeline.offline.algo`: Cal-QL or IQL; chunked TD when the policy
 acts in chunks) to online RL (the run's `algo`: SAC or RLPD, `pipeline.online.recipe`
 names RLPD's or WSRL's settings; an on-policy algo, PPO, fine-tunes through the
@@ -46,9 +48,10 @@ from embodied.runner.bc import BCConfig, bc_optimizer, bc_step, shift_images
 from embodied.runner.evaluate import eval_seed, evaluate
 from embodied.runner.logger import RunLogger, plot_curve, read_metrics, update_progress
 from embodied.runner.offpolicy import OffPolicyLoop, OnlineConfig
+from embodied.runner.perception import PerceptionConfig, privileged_errors, reset_frames, train_perception
 from embodied.runner.trainer import TrainConfig, Trainer, with_budget
 
-STAGES = ("bc", "offline", "online")
+STAGES = ("perception", "bc", "offline", "online")
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class OfflineConfig:
 @dataclass(frozen=True)
 class PipelineConfig:
     demos: DemoConfig = field(default_factory=DemoConfig)
+    perception: PerceptionConfig = field(default_factory=PerceptionConfig)
     bc: BCConfig = field(default_factory=BCConfig)
     offline: OfflineConfig = field(default_factory=OfflineConfig)
     online: OnlineConfig = field(default_factory=OnlineConfig)
@@ -140,6 +144,11 @@ class Pipeline:
         if config.get("init_from"):
             self.config = {**config, "init_from": str(init_from.load(self.policy, config))}
         self.horizon = int(getattr(self.policy.config, "horizon", 1))  # action rows per window
+        if self.cfg.perception.updates and not getattr(self.policy, "has_aux_loss", False):
+            raise ConfigError(f"pipeline.perception trains the vision tower on policy.privileged_aux's regression of "
+                              f"the 'privileged' observation: policy {config['policy']['name']!r} has none here (the "
+                              "VLA has, with cameras, policy.privileged_aux > 0, on an env with a 'privileged' "
+                              "observation); set pipeline.perception.updates=0")
         if self.cfg.bc.distill_updates and not hasattr(self.policy, "distill_student"):
             raise ConfigError(f"pipeline.bc.distill_updates: policy {config['policy']['name']!r} has no one-step "
                               "student to distill (diffusion has)")
@@ -200,7 +209,8 @@ class Pipeline:
         if not config_path.exists():
             config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
         start = time.perf_counter()
-        todo = {"bc": self.cfg.bc.updates, "offline": self.cfg.offline.updates, "online": self.train_cfg.total_env_steps}
+        todo = {"perception": self.cfg.perception.updates, "bc": self.cfg.bc.updates,
+                "offline": self.cfg.offline.updates, "online": self.train_cfg.total_env_steps}
         paths = self.data_paths() if self.cfg.demos.episodes or self.data else []
         online_steps, summary = 0, {"run_dir": str(self.run_dir)}
         self.final_eval = None  # the on-policy stage's last evaluation, where it is the one below
@@ -214,18 +224,21 @@ class Pipeline:
                 continue
             # each stage's random stream starts from the seed, so a run resumed at a stage boundary
             # continues exactly as the uninterrupted run would
-            torch.manual_seed(self.config["seed"] + 7919 * (index + 1))
-            self.generator.manual_seed(self.config["seed"] + 7919 * (index + 1))
-            if stage == "bc":
+            torch.manual_seed(self.config["seed"] + 7919 * index)
+            self.generator.manual_seed(self.config["seed"] + 7919 * index)
+            if stage == "perception":
+                self.run_perception()
+            elif stage == "bc":
                 self.run_bc(paths)
             elif stage == "offline":
                 self.run_offline(paths)
             else:
                 online_steps = self.run_online(paths)
-        for stage in ("bc", "offline"):  # each stage's last evaluation, next to the final one
-            last = [r for r in read_metrics(self.run_dir / stage) if "eval/success" in r]
+        last_evals = (("perception", "eval/privileged_error"), ("bc", "eval/success"), ("offline", "eval/success"))
+        for stage, key in last_evals:  # each stage's last evaluation, next to the final one
+            last = [r for r in read_metrics(self.run_dir / stage) if key in r]
             if last:
-                summary[f"{stage}/eval/success"] = last[-1]["eval/success"]
+                summary[f"{stage}/{key}"] = last[-1][key]
         summary.update({"env_steps": online_steps, "train_seconds": time.perf_counter() - start})
         if self.config.get("init_from"):
             summary["init_from"] = self.config["init_from"]
@@ -265,6 +278,26 @@ class Pipeline:
             self._sources[key] = open_data(paths, self.env.observation_spec, self.env.action_spec, gamma, self.device,
                                            horizon=horizon)  # fmt: skip
         return self._sources[key]
+
+    def run_perception(self) -> None:
+        """The tower and aux head on the privileged regression, from `frames` reset frames of the run's envs (seeds
+        no other stage or evaluation uses); the median error on an eighth as many more, held out, logged (short: an
+        interrupted stage starts over)."""
+        cfg, envs = self.cfg.perception, self.env.num_envs
+        resets, held_out = -(-cfg.frames // envs), -(-cfg.frames // (8 * envs))
+        seeds = [self.config["seed"] + 4_000_037 + r for r in range(resets + held_out)]
+        frames = reset_frames(self.env, seeds)
+        train, test = frames[: resets * envs], frames[resets * envs :]
+        stage_dir = self.run_dir / "perception"
+        (stage_dir / "metrics.jsonl").unlink(missing_ok=True)
+        print(f"perception: {len(train):,} reset frames, {len(test):,} held out", flush=True)
+        with update_progress("perception", cfg.updates, show=self.train_cfg.progress) as advance:
+            loss = train_perception(self.policy, train, cfg.updates, cfg.lr, cfg.batch_size, self.generator, advance)
+        error = privileged_errors(self.policy, test)
+        _log(stage_dir, {"update": cfg.updates, "loss": loss, "eval/privileged_error": float(error.median())})
+        print(f"perception: held-out median error of the privileged estimate {float(error.median()):.4f} "
+              f"(90th percentile {float(error.quantile(0.9)):.4f})", flush=True)
+        self._save("perception", "final", {"updates": cfg.updates})
 
     def run_bc(self, paths: list) -> None:
         cfg, policy = self.cfg.bc, self.policy

@@ -574,5 +574,15 @@ class VLAPolicy(Policy):
         if self.state_dim:
             self.state_norm.fit(dataset[keys.OBS, keys.STATE], "mean_std")
         if self.aux_head is not None:
-            self.privileged_norm.fit(dataset[keys.OBS, keys.PRIVILEGED], "mean_std")
+            self.fit_privileged(dataset[keys.OBS, keys.PRIVILEGED])
         self.action_norm.fit(dataset[keys.ACTION], "min_max")
+
+    @torch.no_grad()
+    def fit_privileged(self, privileged: torch.Tensor) -> None:
+        """Fit the privileged normalizer (mean/std): the aux head's target scale."""
+        self.privileged_norm.fit(privileged, "mean_std")
+
+    def perception_parameters(self) -> list[nn.Parameter]:
+        """The vision tower's and the aux head's weights: what the pipeline's perception stage trains on
+        privileged_loss alone (embodied/runner/perception.py)."""
+        return [*self.vision.parameters(), *self.aux_head.parameters()]

@@ -267,3 +267,44 @@ def test_random_shift_moves_each_image_by_its_own_offset_within_the_pad():
     assert torch.equal(batch["obs", "images", "front"], moved) and torch.equal(batch["obs", "state"], torch.zeros(16, 2))
     with pytest.raises(ConfigError, match="pipeline.bc.shift"):
         BCConfig(shift=-1)
+
+
+PIXELS = ["experiment=mujoco_reach_rgb_vla_ppo", "env.image_size=24", "train.num_envs=16", "train.total_env_steps=0",
+          "train.eval_episodes=0", "train.eval_every=0", "train.progress=false", "pipeline.demos.episodes=0",
+          "pipeline.bc.updates=0", "pipeline.online.eval_episodes=2",
+          "pipeline.perception.updates=300", "pipeline.perception.frames=256", "pipeline.perception.batch_size=64",
+          "pipeline.perception.lr=1e-2",
+          "policy.freeze_vision=true"]
+
+
+def test_perception_stage_trains_the_frozen_tower_on_the_privileged_state(tmp_path):
+    """pipeline.perception: the pixel VLA's tower and aux head regress the privileged state (the goal) from the env's
+    reset frames before BC, under freeze_vision too (frozen again after: BC and RL keep it); its held-out estimate
+    beats guessing the training frames' mean, the stage is checkpointed like the others, and resuming skips it."""
+    pytest.importorskip("sims.mujoco")
+    pipeline = Pipeline(compose(PIXELS), tmp_path)
+    tower = {k: v.detach().clone() for k, v in pipeline.policy.vision.named_parameters()}
+    summary = pipeline.learn()
+    policy = pipeline.policy
+    assert not any(torch.equal(v, tower[k]) for k, v in policy.vision.named_parameters())
+    assert not any(p.requires_grad for p in policy.vision.parameters())
+    [record] = rows(tmp_path / "perception" / "metrics.jsonl")
+    assert record["update"] == 300 and summary["perception/eval/privileged_error"] == record["eval/privileged_error"]
+    # the base rate: the held-out frames' distance from the training frames' mean privileged state
+    frames = pipeline_module.reset_frames(pipeline.env, [4_000_037 + r for r in range(16 + 2)])
+    train, test = frames[:256][keys.PRIVILEGED], frames[256:][keys.PRIVILEGED]
+    guess = float((test - train.mean(0)).norm(dim=-1).median())
+    assert record["eval/privileged_error"] < 0.7 * guess, (record, guess)
+    final = tmp_path / "perception" / "checkpoints" / "final"
+    assert checkpoint.usable(final) is not None
+    stamp = (tmp_path / "perception" / "metrics.jsonl").stat().st_mtime_ns
+    resumed = Pipeline.resume(tmp_path)
+    assert resumed.iteration == 1
+    resumed.learn()  # the stage is done: its weights are loaded, not trained again
+    assert (tmp_path / "perception" / "metrics.jsonl").stat().st_mtime_ns == stamp
+    assert all(torch.equal(v, policy.state_dict()[k]) for k, v in resumed.policy.state_dict().items())
+
+
+def test_perception_stage_needs_a_policy_with_a_privileged_regression(tmp_path):
+    with pytest.raises(ConfigError, match=r"pipeline.perception trains the vision tower .* policy 'sac_mlp' has none"):
+        Pipeline(compose(TINY + ["+pipeline.perception={updates: 10}"]), tmp_path)
