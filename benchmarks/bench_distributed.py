@@ -1,9 +1,10 @@
 """Issue 20's measurements of `cluster=ray` (embodied/distributed), side by side in one job, interleaved.
 
     .venv/bin/python benchmarks/bench_distributed.py pipeline     # mujoco_reach_rgb collection: pipelined vs one process
-    .venv/bin/python benchmarks/bench_distributed.py pipeline --experiment mujoco_reach_rgb_vla_ppo   # the pixel VLA's
     .venv/bin/python benchmarks/bench_distributed.py pipeline --experiment mujoco_reach_rgb_vla_ppo \
-        policy.hidden=128 policy.layers=4     # config overrides for every arm: a VLA whose act costs its env step
+        train.num_envs=32                     # the pixel VLA's, at the 32 envs measured (its experiment now has 256)
+    .venv/bin/python benchmarks/bench_distributed.py pipeline --experiment mujoco_reach_rgb_vla_ppo \
+        train.num_envs=32 policy.hidden=128 policy.layers=4   # overrides for every arm: a VLA whose act costs its step
     .venv/bin/python benchmarks/bench_distributed.py overhead     # quadrotor_hover PPO iterations: colocated vs plain
     .venv/bin/python benchmarks/bench_distributed.py overhead --rounds 60 --iters 1 \
         --arms "one process;colocated x1;colocated x1, object store"   # some arms, alternating every iteration

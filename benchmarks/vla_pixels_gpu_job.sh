@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The pixel VLA's PPO at many envs on a GPU machine (issue 19 item 1: RL over the VLA from pixels, 3 seeds). Each seed
-# starts from its BC checkpoint .s19bc/bc_seed<s> (`embodied train experiment=mujoco_reach_rgb_vla_ppo seed=<s>
-# train.total_env_steps=0`: the tower's perception stage, 500 demos, 2000 BC updates; .s19bc's were made before the
-# perception stage existed, with the tower trained in BC); a seed without one first runs that BC here, on the device.
+# starts from its BC checkpoint .s31bc/bc_seed<s> (`embodied train experiment=mujoco_reach_rgb_vla_ppo seed=<s>
+# train.total_env_steps=0`: the tower's perception stage, 500 demos, 2000 BC updates; BC=.s19bc: sessions 17-30's,
+# made before the perception stage, with the tower trained in BC); a seed without one first runs that BC here.
 # One process per seed, all at once; each evaluates its BC weights first (500 episodes, train.eval_at_start) and
 # again after PPO, so before and after are the same protocol on the same machine.
 # Why many envs: nothing in the first frame predicts a sampled episode's outcome (RESULTS.md, session 17), so the
 # advantages need many episodes per update: 256 envs x 32 steps is ~220 episodes per update against ~27 at 32 envs.
-# On a device machine (carry .whl .gl, made here by scripts/device_prepare.sh, and .s19bc if made before; python3
+# On a device machine (carry .whl .gl, made here by scripts/device_prepare.sh, and .s31bc if made before; python3
 # there holds CUDA torch but not mujoco, zarr or hydra):
 #   OUT=<dir> bash benchmarks/vla_pixels_gpu_job.sh                       # BC where missing, then PPO_S s of PPO
 #   OUT=<dir2> RESUME=<dir> PPO_S=<more> bash benchmarks/vla_pixels_gpu_job.sh   # a second call: carry <dir> (an
@@ -17,7 +17,7 @@
 # seed's config and online/ latest checkpoint and metrics, ~7 MB), bc.tar (the BC checkpoints it made, if any, 1.1 MB
 # a seed), logs.tar.gz (the logs and each seed's PPO metrics) and summary.txt (each seed's evaluations and the median
 # seconds an iteration spent collecting and updating). Knobs: PPO_S (seconds of PPO per seed, in all), N (envs per
-# seed), SEEDS, BC (the folder of the BC runs, .s19bc; another folder with BC_EXTRA and EXTRA="env.image_size=96"
+# seed), SEEDS, BC (the folder of the BC runs, .s31bc; another folder with BC_EXTRA and EXTRA="env.image_size=96"
 # runs BC and PPO at another setting in one call), THREADS (env.num_threads: physics threads), LIMIT (seconds the
 # whole job may take: every run is stopped in time for the outputs to be written, inside the device call's 600 s),
 # EXTRA (more overrides of the PPO runs), BC_EXTRA (of the BC runs), PY, DEVICE.
@@ -36,7 +36,7 @@ PPO_S=${PPO_S:-390}
 N=${N:-256}
 SEEDS=${SEEDS:-0 1 2}
 LIMIT=${LIMIT:-570}
-BC=${BC:-.s19bc}  # where each seed's BC run is (bc_seed<s>), carried or made here
+BC=${BC:-.s31bc}  # where each seed's BC run is (bc_seed<s>), carried or made here
 # train SECONDS ARGS...: at most SECONDS, and never past LIMIT - 25 s of the job (the outputs are written after)
 train() {
     local left=$((LIMIT - 25 - SECONDS))

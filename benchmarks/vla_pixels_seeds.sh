@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The VLA from pixels over seeds (issue 19): `embodied train experiment=mujoco_reach_rgb_vla_ppo` (scripted demos ->
-# BC -> PPO) for each seed at once, one process per seed, then the curves of all seeds in one figure.
+# The VLA from pixels over seeds (issue 19): `embodied train experiment=mujoco_reach_rgb_vla_ppo` (perception ->
+# scripted demos -> BC -> PPO) for each seed at once, one process per seed, then the curves of all seeds in one figure.
 #   bash benchmarks/vla_pixels_seeds.sh OUT_DIR [overrides ...]       # seeds 0 1 2 on the CPU
 #   SEEDS="0 1 2" DEVICE=cuda PY=python3 bash benchmarks/vla_pixels_seeds.sh OUT_DIR   # on a GPU machine
 # Writes OUT_DIR/mujoco_reach_rgb_vla_ppo/run_seed<s>/ (the runs), OUT_DIR/seed<s>.log, OUT_DIR/curves.png and
-# OUT_DIR/summary.txt (after BC and after PPO, per seed). On 2 CPU cores the seeds share them: a seed takes ~1 h there; on a GPU machine minutes.
+# OUT_DIR/summary.txt (after BC and after PPO, per seed). On 2 CPU cores the seeds share them: ~2 h for the three
+# (BC ~20 min, PPO's 434k env steps ~95 min); on a GPU machine minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: vla_pixels_seeds.sh OUT_DIR [overrides ...]}
