@@ -8,8 +8,9 @@ The tower and the aux head (`policy.privileged_aux`, a VLA with cameras on an en
 learn to regress the privileged state (the goal the cameras show) from the env's reset frames, with no actions, as
 Levine et al. 2016 ("End-to-End Training of Deep Visuomotor Policies", sec. 4.2) pretrained their spatial-softmax
 vision layers on object positions before the policy. Trained jointly with the actions in BC, the pixel VLA's tower
-placed the goal 4.8-5.9 cm off; trained on this alone, 2.0 cm at 48 px, and BC on it, frozen
-(`policy.freeze_vision=true`), nearly doubled success (benchmarks/RESULTS.md, "Perception first").
+placed the goal 4.8-5.9 cm off; trained on this alone, 2.0 cm at 48 px. BC on it, frozen
+(`policy.freeze_vision=true`), roughly doubled success, and PPO after that added 15-23 points where it had added ~11
+(benchmarks/RESULTS.md, "Perception first, then PPO").
 """
 
 from __future__ import annotations

@@ -155,8 +155,8 @@ class VLAConfig:
     # token per camera (keypoints: where a small target is, as the image MLP's encoder)
     vision: Literal["siglip", "vit", "cnn", "keypoints"] = "siglip"
     vision_hidden: int = 32  # vision tower width
-    # keep the vision tower's weights as built or loaded (init_from a BC run's checkpoint): RL then trains the rest,
-    # and skips the tower's backward pass
+    # keep the vision tower's weights as built, loaded (init_from a BC run's checkpoint) or pretrained by the run's
+    # pipeline.perception stage: BC and RL then train the rest, and skip the tower's backward pass
     freeze_vision: bool = False
     vision_layers: int = 1  # vision tower layers
     patch_size: int = 8  # ViT/SigLIP patch size in pixels

@@ -269,11 +269,12 @@ def test_random_shift_moves_each_image_by_its_own_offset_within_the_pad():
         BCConfig(shift=-1)
 
 
+# the pixel VLA's perception stage alone, small: 24 px frames, 256 of them, lr 1e-2 (at 1e-3 the keypoint tower starts
+# to place the goal only after ~300 updates of 256 frames)
 PIXELS = ["experiment=mujoco_reach_rgb_vla_ppo", "env.image_size=24", "train.num_envs=16", "train.total_env_steps=0",
           "train.eval_episodes=0", "train.eval_every=0", "train.progress=false", "pipeline.demos.episodes=0",
-          "pipeline.bc.updates=0", "pipeline.online.eval_episodes=2",
-          "pipeline.perception.updates=300", "pipeline.perception.frames=256", "pipeline.perception.batch_size=64",
-          "pipeline.perception.lr=1e-2",
+          "pipeline.bc.updates=0", "pipeline.online.eval_episodes=2", "pipeline.perception.updates=300",
+          "pipeline.perception.frames=256", "pipeline.perception.batch_size=64", "pipeline.perception.lr=1e-2",
           "policy.freeze_vision=true"]
 
 
