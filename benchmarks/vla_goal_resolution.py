@@ -29,7 +29,7 @@ def run(size: int, updates: int, train_resets: int) -> dict[str, float]:
     env = MujocoReachEnv(MujocoReachEnv.Config(cameras=("front", "side"), image_size=size, goal_in_state=False), 256)
     data = reset_frames(env, [1000 + r for r in range(train_resets + 2)])
     env.close()
-    train, test = data[: 256 * train_resets], data[256 * train_resets :]
+    train, test = data[: env.num_envs * train_resets], data[env.num_envs * train_resets :]
     torch.manual_seed(0)
     policy = VLAPolicy(VLAConfig(vision="keypoints", privileged_aux=1.0), env.observation_spec, env.action_spec)
     start = time.perf_counter()

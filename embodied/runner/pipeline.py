@@ -294,8 +294,9 @@ class Pipeline:
         with update_progress("perception", cfg.updates, show=self.train_cfg.progress) as advance:
             loss = train_perception(self.policy, train, cfg.updates, cfg.lr, cfg.batch_size, self.generator, advance)
         error = privileged_errors(self.policy, test)
-        _log(stage_dir, {"update": cfg.updates, "loss": loss, "eval/privileged_error": float(error.median())})
-        print(f"perception: held-out median error of the privileged estimate {float(error.median()):.4f} "
+        median = float(error.median())
+        _log(stage_dir, {"update": cfg.updates, "loss": loss, "eval/privileged_error": median})
+        print(f"perception: held-out median error of the privileged estimate {median:.4f} "
               f"(90th percentile {float(error.quantile(0.9)):.4f})", flush=True)
         self._save("perception", "final", {"updates": cfg.updates})
 
